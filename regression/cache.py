@@ -1,0 +1,127 @@
+"""Cache entries: one folder per environment fingerprint, one verified record per case."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import xxhash
+
+from .errors import CacheError, StoreError
+from .fingerprint import differing_parts, digest, key_of
+from .store import Encoder, decode, dump_verified, load_verified, tensors_from_file, \
+    tensors_to_bytes, write_atomic
+
+RECORDED = "recorded"
+ABSENT = "absent"
+ENTRY_FILE = "entry.json"
+CASES = "cases"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Output:
+    """One value a test passed to regression.check, under its name."""
+
+    name: str
+    value: object
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """What the reference revision produced for one test case."""
+
+    nodeid: str
+    harness: str
+    status: str = RECORDED
+    reason: str = ""
+    outputs: tuple[Output, ...] = field(default_factory=tuple)
+
+
+def case_id(nodeid: str) -> str:
+    """The file-name-safe identity of a test case."""
+    return xxhash.xxh3_64_hexdigest(nodeid.encode())
+
+
+def ensure_cache_root(cache_dir: Path) -> None:
+    """Create the cache folder, ignored by git from the inside like .pytest_cache."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    ignore = cache_dir / ".gitignore"
+    if not ignore.exists():
+        write_atomic(ignore, b"# Created by torch-regression.\n*\n")
+
+
+class Entry:
+    """The cached reference for one environment fingerprint."""
+
+    def __init__(self, cache_dir: Path, parts: Mapping[str, str]) -> None:
+        self.parts = dict(parts)
+        self.key = key_of(self.parts)
+        self.directory = cache_dir / self.key
+        self.cases = self.directory / CASES
+
+    def exists(self) -> bool:
+        return (self.directory / ENTRY_FILE).is_file()
+
+    def create(self) -> None:
+        """Make the entry's folder and identity file if they are missing."""
+        ensure_cache_root(self.directory.parent)
+        if not self.exists():
+            body = {"format": FORMAT, "parts": self.parts, "created": time.time()}
+            write_atomic(self.directory / ENTRY_FILE, dump_verified(body))
+        self.verify_identity()
+
+    def verify_identity(self) -> None:
+        """Raise unless the stored fingerprint is exactly the current one."""
+        body = load_verified(self.directory / ENTRY_FILE)
+        recorded = body.get("parts")
+        if not isinstance(recorded, dict) or recorded != self.parts:
+            differences = differing_parts(recorded if isinstance(recorded, dict) else {},
+                                          self.parts)
+            raise CacheError(
+                f"cache entry {self.directory} belongs to another environment "
+                f"(restored from another machine?):\n  " + "\n  ".join(differences)
+            )
+
+    def case_path(self, nodeid: str) -> Path:
+        return self.cases / f"{case_id(nodeid)}.json"
+
+    def save_case(self, record: CaseRecord) -> None:
+        """Store one case atomically: tensors first, then the record that names them."""
+        cid = case_id(record.nodeid)
+        encoder = Encoder(prefix="t")
+        outputs = [{"name": o.name, "value": encoder.encode(o.value)} for o in record.outputs]
+        body: dict[str, object] = {
+            "format": FORMAT, "nodeid": record.nodeid, "environment": self.key,
+            "harness": record.harness, "status": record.status, "reason": record.reason,
+            "outputs": outputs, "tensors": None,
+        }
+        if encoder.tensors:
+            data = tensors_to_bytes(encoder.tensors)
+            tensor_digest = digest(data)
+            name = f"{cid}.{tensor_digest[:16]}.safetensors"
+            write_atomic(self.cases / name, data)
+            body["tensors"] = {"file": name, "digest": tensor_digest}
+        write_atomic(self.cases / f"{cid}.json", dump_verified(body))
+
+    def load_case(self, nodeid: str) -> CaseRecord | None:
+        """The stored case, None when there is none; StoreError when it cannot be trusted."""
+        path = self.case_path(nodeid)
+        if not path.exists():
+            return None
+        body = load_verified(path)
+        if body.get("nodeid") != nodeid or body.get("environment") != self.key:
+            raise StoreError(f"{path} belongs to another case or environment")
+        try:
+            tensors = {}
+            if body["tensors"]:
+                tensors = tensors_from_file(self.cases / body["tensors"]["file"],
+                                            body["tensors"]["digest"])
+            outputs = tuple(Output(o["name"], decode(o["value"], tensors))
+                            for o in body["outputs"])
+            return CaseRecord(nodeid=nodeid, harness=body["harness"], status=body["status"],
+                              reason=body["reason"], outputs=outputs)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"{path} is malformed: {exc!r}") from None

@@ -1,0 +1,131 @@
+"""Bitwise comparison of a stored value with a new one. Pure: no pytest here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .store import path_label
+
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One leaf of an output that is not bit-identical to the reference."""
+
+    path: str
+    detail: str
+    differing: int = 0
+    max_abs: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.detail}"
+
+
+def compare(reference: object, actual: object) -> list[Difference]:
+    """Every difference between two nested values; empty when they are bit-identical."""
+    return list(_compare(reference, actual, ()))
+
+
+def _compare(reference: object, actual: object, path: tuple[object, ...]):  # type: ignore[no-untyped-def]
+    label = path_label(path)
+    if _kind(reference) != _kind(actual):
+        yield Difference(label, f"{_describe(actual)}, reference {_describe(reference)}")
+    elif isinstance(reference, torch.Tensor):
+        assert isinstance(actual, torch.Tensor)
+        difference = compare_tensors(reference, actual, label)
+        if difference:
+            yield difference
+    elif isinstance(reference, (list, tuple)):
+        assert isinstance(actual, (list, tuple))
+        if len(reference) != len(actual):
+            yield Difference(label, f"length {len(actual)}, reference {len(reference)}")
+        for i, (r, a) in enumerate(zip(reference, actual)):
+            yield from _compare(r, a, (*path, i))
+    elif isinstance(reference, dict):
+        assert isinstance(actual, dict)
+        yield from _compare_dicts(reference, actual, path)
+    elif _scalar_bits(reference) != _scalar_bits(actual):
+        yield Difference(label, f"{actual!r}, reference {reference!r}")
+
+
+def _compare_dicts(reference: dict[object, object], actual: dict[object, object],
+                   path: tuple[object, ...]):  # type: ignore[no-untyped-def]
+    label = path_label(path)
+    missing = [k for k in reference if k not in actual]
+    extra = [k for k in actual if k not in reference]
+    if missing:
+        yield Difference(label, f"keys missing: {', '.join(map(repr, missing))}")
+    if extra:
+        yield Difference(label, f"keys not in reference: {', '.join(map(repr, extra))}")
+    if not missing and not extra and list(reference) != list(actual):
+        yield Difference(label, "same keys in another order")
+    for key in reference:
+        if key in actual:
+            yield from _compare(reference[key], actual[key], (*path, key))
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    return type(value).__name__
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor {_signature(value)}"
+    if isinstance(value, (list, tuple, dict)):
+        return f"{type(value).__name__} of {len(value)}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _signature(tensor: torch.Tensor) -> str:
+    return f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
+
+
+def _scalar_bits(value: object) -> object:
+    """Floats by their bits, so -0.0 and 0.0 differ and NaN equals itself."""
+    return value.hex() if isinstance(value, float) else value
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return flat.view(_SAME_WIDTH_INT[flat.element_size()])
+
+
+def compare_tensors(reference: torch.Tensor, actual: torch.Tensor,
+                    label: str = "<value>") -> Difference | None:
+    """The difference between two tensors, None when dtype, shape and bytes are equal."""
+    if reference.dtype != actual.dtype:
+        return Difference(label, f"dtype {_signature(actual)}, reference {_signature(reference)}")
+    if reference.shape != actual.shape:
+        return Difference(label, f"shape {_signature(actual)}, reference {_signature(reference)}")
+    unequal = _bits(reference) != _bits(actual)
+    count = int(unequal.sum())
+    if count == 0:
+        return None
+    where, largest, ref_value, new_value = _largest_change(reference, actual, unequal)
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(where), reference.shape))
+    detail = (
+        f"{_signature(actual)}: {count} of {reference.numel()} elements differ; "
+        f"max |diff| {largest:.3g} at {index if reference.dim() else '()'} "
+        f"(reference {ref_value!r}, now {new_value!r})"
+    )
+    return Difference(label, detail, differing=count, max_abs=largest)
+
+
+def _largest_change(reference: torch.Tensor, actual: torch.Tensor,
+                    unequal: torch.Tensor) -> tuple[int, float, object, object]:
+    """The flat index, size and values of the largest differing element."""
+    ref = reference.detach().cpu().reshape(-1)
+    new = actual.detach().cpu().reshape(-1)
+    if ref.dtype == torch.bool:
+        ref, new = ref.to(torch.int64), new.to(torch.int64)
+    wide = torch.float64 if ref.is_floating_point() else torch.int64
+    diff = (new.to(wide) - ref.to(wide)).abs().to(torch.float64)
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    diff = torch.where(unequal, diff, torch.full_like(diff, -1.0))
+    where = int(torch.argmax(diff))
+    return where, float(diff[where]), ref[where].item(), new[where].item()

@@ -1,0 +1,230 @@
+"""Load and validate config.yaml into frozen settings; every default lives here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, TypeVar
+
+import yaml
+
+from .errors import ConfigError
+
+CONFIG_NAME = "config.yaml"
+CACHE_DIR_ENV = "REGRESSION_CACHE_DIR"
+DEFAULT_CACHE_DIR = ".regression-cache"
+DEVICES = ("cpu", "cuda")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Determinism:
+    """Settings applied identically before every case in record and check mode."""
+
+    seed: int = 0
+    threads: int = 1
+    deterministic_algorithms: bool = True
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated content of config.yaml, paths made absolute."""
+
+    path: Path
+    reference: str
+    subject_packages: tuple[str, ...]
+    subject_path: str = "."
+    tests: tuple[str, ...] = ("tests",)
+    references: Mapping[str, str] = field(default_factory=dict)
+    harness: tuple[str, ...] = ()
+    determinism: Determinism = Determinism()
+    device: str = "cpu"
+    fingerprint_packages: tuple[str, ...] = ()
+    cache_dir_setting: str = DEFAULT_CACHE_DIR
+
+    @property
+    def root(self) -> Path:
+        """The project root: the folder that holds config.yaml."""
+        return self.path.parent
+
+    @property
+    def cache_dir(self) -> Path:
+        """Where references are cached; REGRESSION_CACHE_DIR overrides config.yaml."""
+        chosen = os.environ.get(CACHE_DIR_ENV) or self.cache_dir_setting
+        return (self.root / chosen).resolve()
+
+    def revision_for(self, reference: str | None) -> str:
+        """The revision to use: a name from `references`, a revision, or the default."""
+        if reference is None:
+            return self.reference
+        return self.references.get(reference, reference)
+
+
+def find_config(start: Path) -> Path:
+    """The nearest config.yaml in `start` or a folder above it."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(
+        str(start / CONFIG_NAME),
+        "no config.yaml here or in any folder above; create one "
+        "(see the README's Configuration section)",
+    )
+
+
+def load_settings(path: Path) -> Settings:
+    """Read and validate config.yaml at `path`."""
+    where = str(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(where, "file not found; create it (see the README)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(where, f"not valid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(where, "must be a mapping of settings at the top level")
+    return _settings_from(path.resolve(), raw)
+
+
+def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
+    reader = _Reader(str(path), raw, "")
+    subject = reader.section("subject", required=True)
+    determinism = reader.section("determinism")
+    fingerprint = reader.section("fingerprint")
+    settings = Settings(
+        path=path,
+        reference=reader.revision("reference", required=True),
+        references=reader.mapping_of_revisions("references"),
+        subject_packages=subject.names("packages", required=True),
+        subject_path=subject.relative_path("path", "."),
+        tests=reader.relative_paths("tests", ("tests",)),
+        harness=reader.relative_paths("harness", ()),
+        determinism=Determinism(
+            seed=determinism.integer("seed", 0, minimum=0),
+            threads=determinism.integer("threads", 1, minimum=1),
+            deterministic_algorithms=determinism.boolean("deterministic_algorithms", True),
+        ),
+        device=reader.choice("device", DEVICES, "cpu"),
+        fingerprint_packages=fingerprint.names("packages", required=False),
+        cache_dir_setting=reader.string("cache_dir", DEFAULT_CACHE_DIR),
+    )
+    for section in (reader, subject, determinism, fingerprint):
+        section.reject_unknown()
+    return settings
+
+
+class _Reader:
+    """Typed access to one mapping of config.yaml; remembers which keys were read."""
+
+    def __init__(self, path: str, data: dict[str, Any], prefix: str) -> None:
+        self.path = path
+        self.data = data
+        self.prefix = prefix
+        self.known: set[str] = set()
+
+    def _error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(self.path, message, key=self.prefix + key)
+
+    def _get(self, key: str, required: bool) -> Any:
+        self.known.add(key)
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise self._error(key, "missing; this setting is required")
+            return None
+        return self.data[key]
+
+    def _typed(self, key: str, kind: type[T], label: str, required: bool = False) -> T | None:
+        value = self._get(key, required)
+        if value is None:
+            return None
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self._error(key, f"must be {label}, got {type(value).__name__} {value!r}")
+        return value
+
+    def section(self, key: str, required: bool = False) -> _Reader:
+        value = self._typed(key, dict, "a mapping", required)
+        return _Reader(self.path, value or {}, f"{self.prefix}{key}.")
+
+    def revision(self, key: str, required: bool = False) -> str:
+        value = self._get(key, required)
+        if value is None:
+            return ""
+        if not isinstance(value, str) or not value.strip():
+            raise self._error(
+                key,
+                f"must be a revision as a string, got {value!r}; quote it, "
+                "e.g. reference: \"1234e5f\" (YAML reads some SHAs as numbers)",
+            )
+        return value.strip()
+
+    def mapping_of_revisions(self, key: str) -> dict[str, str]:
+        value = self._typed(key, dict, "a mapping of name: revision") or {}
+        inner = _Reader(self.path, value, f"{self.prefix}{key}.")
+        return {str(name): inner.revision(str(name), required=True) for name in value}
+
+    def names(self, key: str, required: bool) -> tuple[str, ...]:
+        value = self._get(key, required)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not value and required:
+            raise self._error(key, "must be a non-empty list of names")
+        for item in value:
+            if not isinstance(item, str) or not item.replace("_", "a").replace(".", "a").isalnum():
+                raise self._error(key, f"{item!r} is not a package name")
+        return tuple(value)
+
+    def relative_path(self, key: str, default: str) -> str:
+        value = self._typed(key, str, "a path relative to the config file's folder")
+        return default if value is None else self.relative_paths(key, (value,))[0]
+
+    def relative_paths(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._error(key, "must be a list of paths relative to the config file")
+        for item in value:
+            if Path(item).is_absolute() or ".." in Path(item).parts:
+                raise self._error(key, f"{item!r} must be relative and stay inside the project")
+        return tuple(value)
+
+    def string(self, key: str, default: str) -> str:
+        value = self._typed(key, str, "a string")
+        return default if value is None else value
+
+    def integer(self, key: str, default: int, minimum: int) -> int:
+        value = self._typed(key, int, "an integer")
+        if value is None:
+            return default
+        if value < minimum:
+            raise self._error(key, f"must be at least {minimum}, got {value}")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._typed(key, bool, "true or false")
+        return default if value is None else value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self._typed(key, str, "a string")
+        if value is None:
+            return default
+        if value not in choices:
+            raise self._error(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def reject_unknown(self) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in self.known)
+        if unknown:
+            raise self._error(
+                unknown[0], f"unknown setting; known here: {', '.join(sorted(self.known))}"
+            )

@@ -1,0 +1,49 @@
+"""The exception hierarchy: every message says what failed and what to do next."""
+
+from __future__ import annotations
+
+
+class RegressionError(Exception):
+    """Base of every error torch-regression raises on purpose."""
+
+
+class ConfigError(RegressionError):
+    """config.yaml is missing, unreadable or invalid."""
+
+    def __init__(self, path: str, message: str, key: str | None = None) -> None:
+        self.path = path
+        self.key = key
+        where = f"{path}: {key}: " if key else f"{path}: "
+        super().__init__(where + message)
+
+
+class RevisionError(RegressionError):
+    """A revision cannot be resolved or checked out."""
+
+    def __init__(self, revision: str, message: str) -> None:
+        self.revision = revision
+        super().__init__(message)
+
+
+class CollectionError(RegressionError):
+    """pytest could not collect the regression cases."""
+
+
+class SubjectImportError(RegressionError):
+    """The subject package failed to import at the reference revision."""
+
+
+class ImportRedirectError(RegressionError):
+    """A subject module was imported from outside the reference worktree."""
+
+
+class CacheError(RegressionError):
+    """A cache entry is missing, stale, foreign or corrupt."""
+
+
+class StoreError(CacheError):
+    """A stored file cannot be read back exactly as written."""
+
+
+class ShardError(RegressionError):
+    """A shard specification is malformed."""

@@ -1,0 +1,146 @@
+"""The facts that can change the bits of a result, and the cache key made from them."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import xxhash
+
+from .config import Settings
+
+FORMAT_VERSION = "1"
+
+# Environment variables that select kernels or code paths in torch, MKL and oneDNN.
+KERNEL_VARIABLES = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_DEBUG_CPU_TYPE",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+    "TORCH_MKLDNN_MATMUL_MIN_DIM",
+)
+
+
+def environment_parts(settings: Settings, reference_sha: str) -> dict[str, str]:
+    """Every fact except the harness that the reference's bits depend on, by name."""
+    import torch
+
+    determinism = settings.determinism
+    return {
+        "format": FORMAT_VERSION,
+        "reference": reference_sha,
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "torch": f"{torch.__version__} (git {torch.version.git_version})",
+        "packages": _package_versions(settings.fingerprint_packages),
+        "platform": f"{platform.system().lower()} {platform.machine()}",
+        "cpu": f"{torch.backends.cpu.get_cpu_capability()}; {_cpu_model()}",
+        "math libraries": _math_libraries(torch.__config__.show()),
+        "kernel variables": _kernel_variables(os.environ),
+        "threads": str(determinism.threads),
+        "device": _device(settings.device),
+        "determinism": (
+            f"seed={determinism.seed} "
+            f"deterministic_algorithms={determinism.deterministic_algorithms} tf32=off"
+        ),
+    }
+
+
+def digest(data: bytes) -> str:
+    """The content hash used everywhere: xxh3, 128 bits, hex."""
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def key_of(parts: Mapping[str, str]) -> str:
+    """A stable hash of named parts."""
+    return digest(json.dumps(dict(parts), sort_keys=True).encode())
+
+
+def files_digest(root: Path, files: Iterable[Path]) -> str:
+    """A hash of the relative names and bytes of `files`, in a stable order."""
+    hasher = xxhash.xxh3_128()
+    for path in sorted({f.resolve() for f in files}):
+        name = path.relative_to(root.resolve()).as_posix() if path.is_relative_to(root.resolve()) \
+            else path.as_posix()
+        content = path.read_bytes() if path.is_file() else b"<missing>"
+        hasher.update(f"{name}\0{len(content)}\0".encode())
+        hasher.update(content)
+    return hasher.hexdigest()
+
+
+def differing_parts(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    """Lines naming each part whose value differs, for mismatch reports."""
+    names = list(dict.fromkeys([*current, *recorded]))
+    return [
+        f"{name}: recorded {recorded.get(name, '<absent>')!r}, "
+        f"now {current.get(name, '<absent>')!r}"
+        for name in names
+        if recorded.get(name) != current.get(name)
+    ]
+
+
+def _package_versions(names: Iterable[str]) -> str:
+    versions = []
+    for name in names:
+        try:
+            versions.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{name} <not installed>")
+    return "; ".join(versions) or "none"
+
+
+def _cpu_model() -> str:
+    fields: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip()
+        if name in ("vendor_id", "model name", "CPU implementer", "CPU part") and name not in fields:
+            fields[name] = value.strip()
+    return "; ".join(fields.values()) or platform.processor() or "unknown"
+
+
+_LIBRARY_PATTERNS = (
+    ("BLAS", r"BLAS_INFO=(\w+)"),
+    ("LAPACK", r"LAPACK_INFO=(\w+)"),
+    ("MKL", r"Math Kernel Library Version ([\w.\-]+)"),
+    ("oneDNN", r"(?:MKL-DNN|oneDNN) (v[\w.]+)"),
+    ("OpenBLAS", r"OpenBLAS ([\w.]+)"),
+)
+
+
+def _math_libraries(build_config: str) -> str:
+    found = []
+    for label, pattern in _LIBRARY_PATTERNS:
+        match = re.search(pattern, build_config)
+        if match:
+            found.append(f"{label} {match.group(1)}")
+    return "; ".join(found) or "none"
+
+
+def _kernel_variables(environ: Mapping[str, str]) -> str:
+    return "; ".join(f"{n}={environ[n]}" for n in KERNEL_VARIABLES if n in environ) or "none"
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        return "cuda <unavailable>"
+    props = torch.cuda.get_device_properties(0)
+    return (
+        f"cuda {props.name} sm_{props.major}{props.minor}; CUDA {torch.version.cuda}; "
+        f"cuDNN {torch.backends.cudnn.version()}"
+    )

@@ -1,0 +1,107 @@
+"""The object behind the `regression` fixture: the case's own inputs, and check()."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+
+from .cache import ABSENT, CaseRecord, Output
+from .compare import Difference, compare
+from .determinism import case_seed
+from .report import mismatch_message
+from .store import Encoder, decode
+
+
+def snapshot(value: object) -> object:
+    """A detached CPU copy of `value`, checked to be storable; later in-place edits don't leak."""
+    encoder = Encoder(prefix="")
+    return decode(encoder.encode(value), encoder.tensors)
+
+
+class Sink(Protocol):
+    """Where checked outputs go: recorded at the reference, compared in check mode."""
+
+    def take(self, name: str, value: object) -> None: ...
+
+
+class RecordSink:
+    """Keeps every checked output of one case for storage."""
+
+    def __init__(self) -> None:
+        self.outputs: list[Output] = []
+
+    def take(self, name: str, value: object) -> None:
+        self.outputs.append(Output(name, value))
+
+
+class CheckSink:
+    """Compares each checked output with the reference record, bit for bit."""
+
+    def __init__(self, record: CaseRecord, reference: str) -> None:
+        self.record = record
+        self.reference = reference
+        self.checked: list[str] = []
+        self.differences: list[Difference] = []
+
+    @property
+    def in_reference(self) -> bool:
+        return self.record.status != ABSENT
+
+    def take(self, name: str, value: object) -> None:
+        __tracebackhide__ = True
+        self.checked.append(name)
+        if not self.in_reference:
+            return
+        stored = {o.name: o.value for o in self.record.outputs}
+        if name not in stored:
+            found = ", ".join(repr(n) for n in stored) or "none"
+            differences = [Difference(repr(name), f"not in the reference (it has: {found})")]
+        else:
+            differences = compare(stored[name], value)
+        if differences:
+            self.differences += differences
+            raise AssertionError(mismatch_message(name, self.reference, differences))
+
+    def unchecked(self) -> list[str]:
+        """Outputs the reference has that this run did not check."""
+        return [o.name for o in self.record.outputs if o.name not in self.checked]
+
+
+class Regression:
+    """Inputs from the case's own generator, and check() against the reference revision."""
+
+    def __init__(self, nodeid: str, seed: int, sink: Sink) -> None:
+        self.nodeid = nodeid
+        self.generator = torch.Generator().manual_seed(case_seed(seed, nodeid))
+        self._sink = sink
+        self._names: list[str] = []
+
+    def randn(self, *size: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Standard normal values from the case's generator."""
+        return torch.randn(*_shape(size), generator=self.generator, dtype=dtype)
+
+    def rand(self, *size: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Uniform [0, 1) values from the case's generator."""
+        return torch.rand(*_shape(size), generator=self.generator, dtype=dtype)
+
+    def randint(self, low: int, high: int, size: Sequence[int],
+                dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        """Integers in [low, high) from the case's generator."""
+        return torch.randint(low, high, tuple(size), generator=self.generator, dtype=dtype)
+
+    def check(self, value: object, name: str | None = None) -> None:
+        """Record `value` at the reference; in check mode, require it bit-identical."""
+        __tracebackhide__ = True
+        name = str(len(self._names)) if name is None else name
+        if name in self._names:
+            raise ValueError(f"output name {name!r} is checked twice in this test; "
+                             "give each check() a distinct name")
+        self._names.append(name)
+        self._sink.take(name, snapshot(value))
+
+
+def _shape(size: Sequence[object]) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        return tuple(size[0])
+    return tuple(size)  # type: ignore[arg-type]

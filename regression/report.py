@@ -1,0 +1,66 @@
+"""Differences and outcomes -> lines of text. Produces text only; callers print it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .compare import Difference
+
+IDENTICAL = "identical"
+CHANGED = "changed"
+NEW = "not in reference"
+ERROR = "error"
+OUTCOMES = (IDENTICAL, CHANGED, NEW, ERROR)
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """How one regression case ended in check mode."""
+
+    nodeid: str
+    outcome: str
+    detail: str = ""
+
+
+def mismatch_message(output: str, reference: str, differences: Sequence[Difference]) -> str:
+    """The assertion message for one output that is not bit-identical."""
+    lines = [f"output {output!r} is not bit-identical to the reference {reference}:"]
+    lines += [f"  {d}" for d in differences]
+    return "\n".join(lines)
+
+
+def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
+    """The end-of-run report: counts, then each case that is not identical."""
+    outcomes = list(outcomes)
+    counts = Counter(o.outcome for o in outcomes)
+    total = len(outcomes)
+    head = ", ".join(f"{counts[name]} {name}" for name in OUTCOMES)
+    lines = [f"reference {reference}: {total} cases: {head}"]
+    if total and counts[IDENTICAL] == total:
+        lines.append(f"every case is bit-identical to the reference ({total} of {total})")
+    for outcome in outcomes:
+        if outcome.outcome != IDENTICAL:
+            detail = f": {outcome.detail}" if outcome.detail else ""
+            lines.append(f"{outcome.outcome.upper()} {outcome.nodeid}{detail}")
+    return lines
+
+
+def markdown_summary(reference: str, outcomes: Iterable[CaseOutcome]) -> str:
+    """The same report as Markdown, for a GitHub step summary."""
+    outcomes = list(outcomes)
+    counts = Counter(o.outcome for o in outcomes)
+    rows = "\n".join(f"| {name} | {counts[name]} |" for name in OUTCOMES)
+    text = f"### Regression against {reference}\n\n| outcome | cases |\n| --- | --- |\n{rows}\n"
+    problems = [o for o in outcomes if o.outcome != IDENTICAL]
+    if problems:
+        text += "\n" + "\n".join(
+            f"- **{o.outcome}** `{o.nodeid}`" + (f": {_first_line(o.detail)}" if o.detail else "")
+            for o in problems
+        ) + "\n"
+    return text
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""

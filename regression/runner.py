@@ -1,0 +1,201 @@
+"""Runs the pytest subprocesses behind gen, test and key."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import git
+
+from .cache import Entry
+from .config import Settings
+from .errors import CacheError, CollectionError, ImportRedirectError, RegressionError, \
+    StoreError, SubjectImportError
+from .fingerprint import digest, environment_parts
+from .job import COLLECT, JOB_ENV, RECORD, Job
+from .revision import open_repo, reference_worktree, resolve_revision, short
+
+Echo = Callable[[str], None]
+# Plugins that reorder tests or reseed generators would make the two runs differ.
+ISOLATION = ("-p", "no:cacheprovider", "-p", "no:randomly")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A reference revision resolved, and the cache entry for this environment."""
+
+    settings: Settings
+    repo: git.Repo
+    revision: str
+    sha: str
+    entry: Entry
+
+    @property
+    def label(self) -> str:
+        return short(self.sha) if self.revision == self.sha else \
+            f"{short(self.sha)} ({self.revision})"
+
+
+@dataclass
+class Generation:
+    """What `gen` did."""
+
+    reused: int = 0
+    recorded: list[str] = field(default_factory=list)
+    absent: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def find_reference(settings: Settings, reference: str | None) -> Reference:
+    """Resolve the reference revision and compute this environment's entry."""
+    revision = settings.revision_for(reference)
+    repo = open_repo(settings.root)
+    sha = resolve_revision(repo, revision)
+    entry = Entry(settings.cache_dir, environment_parts(settings, sha))
+    return Reference(settings, repo, revision, sha, entry)
+
+
+def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
+            capture: bool) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != JOB_ENV}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
+        if job is not None:
+            path = Path(folder) / "job.json"
+            job.save(path)
+            env[JOB_ENV] = str(path)
+        command = [sys.executable, "-m", "pytest", *ISOLATION, *args]
+        return subprocess.run(command, cwd=settings.root, env=env, text=True,
+                              capture_output=capture, check=False)
+
+
+def _job_result(job: Job) -> dict[str, object] | None:
+    path = Path(job.result)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else None
+
+
+def _tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
+    text = (process.stdout or "") + (process.stderr or "")
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def collect_cases(settings: Settings) -> dict[str, str]:
+    """The candidate's regression cases, node id -> harness digest, from pytest itself."""
+    with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
+        job = Job(mode=COLLECT, result=str(Path(folder) / "result.json"),
+                  config=str(settings.path))
+        process = _pytest(settings, ["--collect-only", "-q", *settings.tests], job, True)
+        result = _job_result(job)
+        if process.returncode not in (0, 5) or result is None:
+            raise CollectionError(
+                f"pytest could not collect the tests in {', '.join(settings.tests)} "
+                f"(exit {process.returncode}); fix the errors below, then run again:\n"
+                f"{_tail(process)}"
+            )
+    cases = result.get("cases", {})
+    assert isinstance(cases, dict)
+    return {str(k): str(v) for k, v in cases.items()}
+
+
+def plan(entry: Entry, cases: dict[str, str], force: bool) -> tuple[dict[str, str], list[str]]:
+    """The cases to record (missing, stale, corrupt, or all with force), and warnings."""
+    todo: dict[str, str] = {}
+    warnings: list[str] = []
+    for nodeid, harness in cases.items():
+        try:
+            record = None if force else entry.load_case(nodeid)
+        except StoreError as exc:
+            warnings.append(f"regenerating {nodeid}: {exc}")
+            record = None
+        if record is None or record.harness != harness:
+            todo[nodeid] = harness
+    return todo, warnings
+
+
+def _open_entry(entry: Entry, warnings: list[str]) -> None:
+    """Create the entry; one whose identity file is wrong is removed and made anew."""
+    try:
+        entry.create()
+    except CacheError as exc:
+        warnings.append(f"discarding the cache entry {entry.directory}: {exc}")
+        shutil.rmtree(entry.directory, ignore_errors=True)
+        entry.create()
+
+
+def generate(reference: Reference, cases: dict[str, str], force: bool = False,
+             echo: Echo = print) -> Generation:
+    """Record the reference outputs of the cases that lack a valid one."""
+    result = Generation()
+    _open_entry(reference.entry, result.warnings)
+    todo, warnings = plan(reference.entry, cases, force)
+    result.warnings += warnings
+    for warning in result.warnings:
+        echo(f"warning: {warning}")
+    result.reused = len(cases) - len(todo)
+    if not todo:
+        return result
+    echo(f"recording {len(todo)} of {len(cases)} cases at {reference.label} ...")
+    recorded = _record(reference, todo)
+    result.recorded = [str(n) for n in recorded.get("recorded", [])]  # type: ignore[union-attr]
+    result.absent = dict(recorded.get("absent", {}))  # type: ignore[call-overload]
+    return result
+
+
+def _record(reference: Reference, todo: dict[str, str]) -> dict[str, object]:
+    settings = reference.settings
+    with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder, \
+            reference_worktree(reference.repo, reference.sha) as worktree:
+        job = Job(mode=RECORD, result=str(Path(folder) / "result.json"),
+                  config=str(settings.path), reference=reference.sha, worktree=str(worktree),
+                  parts=reference.entry.parts, cases=todo)
+        process = _pytest(settings, ["-q", "--no-header", "-rN", *settings.tests], job, True)
+        result = _job_result(job)
+    if result is None:
+        raise RegressionError(
+            f"recording at {reference.label} stopped without a result "
+            f"(exit {process.returncode}):\n{_tail(process)}"
+        )
+    if "error" in result:
+        raise _record_error(reference, str(result["error"]), str(result.get("message", "")))
+    return result
+
+
+def _record_error(reference: Reference, kind: str, message: str) -> RegressionError:
+    if kind == "subject_import":
+        packages = ", ".join(reference.settings.subject_packages)
+        return SubjectImportError(
+            f"the subject ({packages}) fails to import at the reference {reference.label}, "
+            f"so nothing can be recorded there:\n{message.rstrip()}\n"
+            "Fix: choose a reference where it imports (--reference or config.yaml's "
+            "`reference`), or check `subject.path` in config.yaml."
+        )
+    if kind == "ImportRedirectError":
+        return ImportRedirectError(message)
+    return RegressionError(message)
+
+
+def run_checks(reference: Reference, strict: bool, junitxml: str | None,
+               extra: Sequence[str] = ()) -> int:
+    """Run the candidate's tests against the recorded reference; pytest's exit code."""
+    args = ["--regression-reference", reference.revision, *reference.settings.tests, *extra]
+    if strict:
+        args.append("--regression-strict")
+    if junitxml:
+        args.append(f"--junitxml={junitxml}")
+    return _pytest(reference.settings, args, None, capture=False).returncode
+
+
+def cache_key(reference: Reference, cases: dict[str, str]) -> str:
+    """The key CI's cache uses: the environment entry plus every case's harness."""
+    harness = digest(json.dumps(sorted(cases.items())).encode())
+    return f"torch-regression-{short(reference.sha)}-{reference.entry.key[:16]}-{harness[:16]}"

@@ -1,0 +1,241 @@
+"""What the plugin does in each mode, kept out of the hooks so they stay one-liners."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import traceback
+from pathlib import Path
+
+import pytest
+
+from . import determinism
+from .cache import ABSENT, CaseRecord, Entry
+from .config import Settings, find_config, load_settings
+from .errors import RegressionError, StoreError
+from .fingerprint import environment_parts
+from .fixture import CheckSink, RecordSink, Regression
+from .harness import HarnessDigests, extra_harness_files
+from .importer import install_redirect, verify_origins
+from .job import Job
+from .report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, markdown_summary, \
+    summary_lines
+from .revision import open_repo, resolve_revision, short
+
+FIXTURE = "regression"
+
+
+def uses_fixture(item: pytest.Item) -> bool:
+    return FIXTURE in getattr(item, "fixturenames", ())
+
+
+def _reason(report: pytest.TestReport) -> str:
+    text = report.longreprtext.strip().splitlines()
+    return (text[-1] if text else report.outcome)[:500]
+
+
+class Collector:
+    """Collect mode: writes the regression cases with their harness digests."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    def collected(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        digests = HarnessDigests(config.rootpath, self._extra(config))
+        cases = {i.nodeid: digests.of(i.path) for i in items if uses_fixture(i)}
+        self.job.write_result({"cases": cases})
+
+    def _extra(self, config: pytest.Config) -> list[Path]:
+        settings = load_settings(Path(self.job.config))
+        return extra_harness_files(settings.root, settings.harness)
+
+
+class Recorder:
+    """Record mode: runs the wanted cases against the subject imported from the worktree."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.settings = load_settings(Path(job.config))
+        self.subject_root = Path(job.worktree) / self.settings.subject_path
+        self.sinks: dict[str, RecordSink] = {}
+        self.absent: dict[str, str] = {}
+        self.collect_errors: dict[str, str] = {}
+        self.failed = False
+
+    def redirect_imports(self) -> None:
+        determinism.prepare_process(self.settings.device)
+        install_redirect(self.settings.subject_packages, self.subject_root)
+
+    def import_subject(self, session: pytest.Session) -> None:
+        for package in self.settings.subject_packages:
+            try:
+                importlib.import_module(package)
+            except BaseException:  # noqa: B036 - any failure at import is reported as data
+                self.fail("subject_import", traceback.format_exc(limit=-8))
+                pytest.exit(f"the subject {package!r} failed to import at the reference",
+                            returncode=3)
+
+    def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)]
+        unwanted = [i for i in items if i not in wanted]
+        if unwanted:
+            config.hook.pytest_deselected(items=unwanted)
+        items[:] = wanted
+
+    def collect_report(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.collect_errors[report.nodeid] = _reason(report)  # type: ignore[arg-type]
+
+    def fixture(self, item: pytest.Item) -> Regression:
+        sink = self.sinks.setdefault(item.nodeid, RecordSink())
+        return Regression(item.nodeid, self.settings.determinism.seed, sink)
+
+    def report(self, report: pytest.TestReport) -> None:
+        if report.failed or report.skipped:
+            verb = "skipped" if report.skipped else "failed"
+            self.absent.setdefault(report.nodeid, f"{verb} at the reference: {_reason(report)}")
+
+    def finish(self, session: pytest.Session) -> None:
+        if self.failed:
+            return
+        try:
+            verify_origins(self.settings.subject_packages, self.subject_root)
+            recorded, absent = self._store()
+        except RegressionError as exc:
+            self.fail(type(exc).__name__, str(exc))
+            session.exitstatus = 3
+            return
+        self.job.write_result({"recorded": recorded, "absent": absent})
+        session.exitstatus = 0
+
+    def _store(self) -> tuple[list[str], dict[str, str]]:
+        entry = Entry(self.settings.cache_dir, environment_parts(self.settings,
+                                                                 self.job.reference))
+        if entry.parts != self.job.parts:
+            raise RegressionError(
+                "the recording process sees another environment than the one that started "
+                f"it: {sorted(k for k in entry.parts if entry.parts[k] != self.job.parts.get(k))}"
+            )
+        entry.create()
+        recorded, absent = [], {}
+        for nodeid, harness in self.job.cases.items():
+            reason = self.absent.get(nodeid) or self._not_collected(nodeid)
+            if reason:
+                entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason))
+                absent[nodeid] = reason
+            else:
+                outputs = tuple(self.sinks[nodeid].outputs)
+                entry.save_case(CaseRecord(nodeid, harness, outputs=outputs))
+                recorded.append(nodeid)
+        return recorded, absent
+
+    def _not_collected(self, nodeid: str) -> str:
+        if nodeid in self.sinks:
+            return ""
+        path = nodeid.split("::", 1)[0]
+        for where, error in self.collect_errors.items():
+            if path == where or path.startswith(where.rstrip("/") + "/") or not where:
+                return f"could not be collected at the reference: {error}"
+        return "does not exist at the reference"
+
+    def fail(self, kind: str, message: str) -> None:
+        self.failed = True
+        self.job.write_result({"error": kind, "message": message})
+
+
+class Checker:
+    """Check mode: compares each case's outputs with the cached reference."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.outcomes: dict[str, CaseOutcome] = {}
+        self.sinks: dict[str, CheckSink] = {}
+        self.entry: Entry | None = None
+        self.label = ""
+
+    def prepare(self) -> None:
+        """Find the reference for this environment; raises UsageError when it can't."""
+        try:
+            settings = load_settings(find_config(self.config.rootpath))
+            revision = settings.revision_for(self.config.getoption("regression_reference"))
+            sha = resolve_revision(open_repo(settings.root), revision)
+            self.settings: Settings = settings
+            self.label = f"{short(sha)} ({revision})" if revision != sha else short(sha)
+            self.entry = Entry(settings.cache_dir, environment_parts(settings, sha))
+            self.harness = HarnessDigests(self.config.rootpath,
+                                          extra_harness_files(settings.root, settings.harness))
+            determinism.prepare_process(settings.device)
+        except RegressionError as exc:
+            raise pytest.UsageError(f"torch-regression: {exc}") from None
+
+    def fixture(self, item: pytest.Item) -> Regression:
+        assert self.entry is not None
+        record = self._record(item)
+        sink = self.sinks[item.nodeid] = CheckSink(record, self.label)
+        return Regression(item.nodeid, self.settings.determinism.seed, sink)
+
+    def _record(self, item: pytest.Item) -> CaseRecord:
+        assert self.entry is not None
+        fix = "run `invoke gen` to record it"
+        problem = ""
+        record = None
+        if not self.entry.exists():
+            problem = f"no reference {self.label} is recorded for this environment; {fix}"
+        else:
+            try:
+                self.entry.verify_identity()
+                record = self.entry.load_case(item.nodeid)
+            except StoreError as exc:
+                problem = f"the stored reference cannot be trusted ({exc}); {fix} again"
+            except RegressionError as exc:
+                problem = f"{exc}; {fix} again"
+            if record is None and not problem:
+                problem = f"no reference is recorded for this case at {self.label}; {fix}"
+            elif record and record.harness != self.harness.of(item.path):
+                problem = ("the test file or a conftest.py changed since the reference was "
+                           f"recorded; {fix} again")
+        if problem:
+            self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, ERROR, problem)
+            pytest.fail(problem, pytrace=False)
+        assert record is not None
+        return record
+
+    def report(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        sink = self.sinks.get(item.nodeid)
+        if sink is None or report.when != "call":
+            return
+        self.outcomes[item.nodeid] = self._outcome(item.nodeid, sink, report)
+        strict = bool(self.config.getoption("regression_strict"))
+        if report.passed and not sink.in_reference:
+            message = f"not in reference {self.label}: {sink.record.reason}"
+            report.outcome = "failed" if strict else "skipped"  # type: ignore[assignment]
+            report.longrepr = message if strict else (str(item.path), 0, message)
+        elif report.passed and sink.unchecked():
+            report.outcome = "failed"
+            report.longrepr = self._unchecked_message(sink)
+
+    def _unchecked_message(self, sink: CheckSink) -> str:
+        names = ", ".join(map(repr, sink.unchecked()))
+        return f"the reference {self.label} has outputs this test did not check: {names}"
+
+    def _outcome(self, nodeid: str, sink: CheckSink, report: pytest.TestReport) -> CaseOutcome:
+        if sink.differences:
+            return CaseOutcome(nodeid, CHANGED, str(sink.differences[0]))
+        if report.failed:
+            return CaseOutcome(nodeid, ERROR, _reason(report))
+        if not sink.in_reference:
+            return CaseOutcome(nodeid, NEW, sink.record.reason)
+        if sink.unchecked():
+            return CaseOutcome(nodeid, ERROR, self._unchecked_message(sink))
+        return CaseOutcome(nodeid, IDENTICAL)
+
+    def summary(self) -> list[str]:
+        if not self.outcomes:
+            return []
+        return summary_lines(self.label, self.outcomes.values())
+
+    def write_step_summary(self) -> None:
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if path and self.outcomes:
+            with open(path, "a", encoding="utf-8") as stream:
+                stream.write(markdown_summary(self.label, self.outcomes.values()))

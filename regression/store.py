@@ -1,0 +1,156 @@
+"""Nested outputs <-> safetensors + JSON, in atomic, self-verifying files. Nothing pickled."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+from .errors import StoreError
+from .fingerprint import digest
+
+Node = dict[str, Any]
+
+_HEADER = b"torch-regression "
+
+
+def path_label(path: tuple[object, ...]) -> str:
+    """A readable location inside a nested output, e.g. "[0]['logits']"."""
+    return "".join(f"[{p!r}]" for p in path) or "<value>"
+
+
+class Encoder:
+    """Turns one nested value into a JSON structure, collecting its tensors by name."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    def encode(self, value: object, path: tuple[object, ...] = ()) -> Node:
+        if isinstance(value, torch.Tensor):
+            return {"tensor": self._add(value, path)}
+        if value is None:
+            return {"none": True}
+        if isinstance(value, bool):
+            return {"bool": value}
+        if isinstance(value, int):
+            return {"int": str(value)}
+        if isinstance(value, float):
+            return {"float": value.hex()}
+        if isinstance(value, str):
+            return {"str": value}
+        if isinstance(value, (list, tuple)):
+            kind = "list" if isinstance(value, list) else "tuple"
+            return {kind: [self.encode(v, (*path, i)) for i, v in enumerate(value)]}
+        if isinstance(value, dict):
+            return {"dict": [[self.encode(k, path), self.encode(v, (*path, k))]
+                             for k, v in value.items()]}
+        raise StoreError(
+            f"cannot store {type(value).__module__}.{type(value).__qualname__} at "
+            f"{path_label(path)}: check() takes tensors, numbers, strings, None and "
+            "lists, tuples and dicts of them; convert it first (e.g. torch.as_tensor)"
+        )
+
+    def _add(self, tensor: torch.Tensor, path: tuple[object, ...]) -> str:
+        if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
+            raise StoreError(f"cannot store a {tensor.layout} tensor at {path_label(path)}; "
+                             "convert it to a dense tensor first (e.g. .to_dense())")
+        name = f"{self.prefix}{len(self.tensors)}"
+        self.tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
+        return name
+
+
+def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
+    """The value a structure made by Encoder stands for."""
+    (kind, content), = node.items()
+    if kind == "tensor":
+        return tensors[content]
+    if kind == "none":
+        return None
+    if kind in ("bool", "str"):
+        return content
+    if kind == "int":
+        return int(content)
+    if kind == "float":
+        return float.fromhex(content)
+    if kind == "list":
+        return [decode(n, tensors) for n in content]
+    if kind == "tuple":
+        return tuple(decode(n, tensors) for n in content)
+    if kind == "dict":
+        return {decode(k, tensors): decode(v, tensors) for k, v in content}  # type: ignore[misc]
+    raise StoreError(f"unknown node kind {kind!r}")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` so that `path` is either absent, the old content, or all of `data`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def dump_verified(body: dict[str, Any]) -> bytes:
+    """JSON preceded by a header line holding the hash of the JSON bytes."""
+    content = json.dumps(body, sort_keys=True, indent=1).encode()
+    return _HEADER + digest(content).encode() + b"\n" + content
+
+
+def load_verified(path: Path) -> dict[str, Any]:
+    """The JSON body of a file written with dump_verified, after checking its hash."""
+    data = _read(path)
+    header, _, content = data.partition(b"\n")
+    if not header.startswith(_HEADER) or header[len(_HEADER):].decode(errors="replace") \
+            != digest(content):
+        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
+    try:
+        body = json.loads(content)
+    except ValueError as exc:
+        raise StoreError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise StoreError(f"{path} does not hold a JSON object")
+    return body
+
+
+def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
+    """Serialize tensors with safetensors."""
+    try:
+        return bytes(save_tensors(tensors))
+    except (SafetensorError, ValueError, TypeError) as exc:
+        dtypes = sorted({str(t.dtype) for t in tensors.values()})
+        raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): {exc}") \
+            from None
+
+
+def tensors_from_file(path: Path, expected_digest: str) -> dict[str, torch.Tensor]:
+    """Tensors from a safetensors file, after checking its content hash."""
+    data = _read(path)
+    if digest(data) != expected_digest:
+        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
+    try:
+        return load_tensors(data)
+    except (SafetensorError, ValueError, RuntimeError) as exc:
+        raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise StoreError(f"{path} is missing") from None
+    except OSError as exc:
+        raise StoreError(f"{path} cannot be read: {exc}") from None

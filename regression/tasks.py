@@ -1,0 +1,90 @@
+"""The invoke tasks: thin over the runner; library errors become Exit here and only here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from invoke import Collection, Context, Exit, task
+
+from .config import Settings, find_config, load_settings
+from .errors import RegressionError
+from .fingerprint import environment_parts
+from .runner import Generation, cache_key, collect_cases, find_reference, generate, run_checks
+
+T = TypeVar("T")
+REFERENCE_HELP = "revision (tag, branch, SHA, HEAD~n) or a name from config.yaml's references"
+
+
+def _settings() -> Settings:
+    return load_settings(find_config(Path.cwd()))
+
+
+def _translate(work: Callable[[], T]) -> T:
+    try:
+        return work()
+    except RegressionError as exc:
+        raise Exit(f"torch-regression: {exc}", code=2) from None
+
+
+def _report(generation: Generation, total: int) -> None:
+    if not generation.recorded and not generation.absent:
+        print(f"reference up to date: all {total} cases reused from the cache, nothing generated")
+        return
+    print(f"recorded {len(generation.recorded)} cases, reused {generation.reused}")
+    for nodeid, reason in generation.absent.items():
+        print(f"not in reference: {nodeid}: {reason}")
+
+
+def _gen(reference: str | None, force: bool) -> None:
+    settings = _settings()
+    found = find_reference(settings, reference)
+    cases = collect_cases(settings)
+    _report(generate(found, cases, force=force), len(cases))
+
+
+@task(help={"reference": REFERENCE_HELP, "force": "regenerate every case, valid or not"})
+def gen(c: Context, reference: str | None = None, force: bool = False) -> None:
+    """Generate the reference outputs, or reuse them when the cache holds valid ones."""
+    _translate(lambda: _gen(reference, force))
+
+
+def _test(reference: str | None, strict: bool, junitxml: str | None) -> int:
+    settings = _settings()
+    found = find_reference(settings, reference)
+    cases = collect_cases(settings)
+    _report(generate(found, cases), len(cases))
+    return run_checks(found, strict=strict, junitxml=junitxml)
+
+
+@task(help={
+    "reference": REFERENCE_HELP,
+    "strict": "fail cases that are not in the reference instead of skipping them",
+    "junitxml": "also write a JUnit XML report to this path",
+})
+def test(c: Context, reference: str | None = None, strict: bool = False,
+         junitxml: str | None = None) -> None:
+    """Generate what is missing, then check the working tree against the reference."""
+    code = _translate(lambda: _test(reference, strict, junitxml))
+    if code:
+        raise Exit(code=code)
+
+
+def _key(reference: str | None, explain: bool) -> None:
+    settings = _settings()
+    found = find_reference(settings, reference)
+    cases = collect_cases(settings)
+    if explain:
+        for name, value in environment_parts(settings, found.sha).items():
+            print(f"{name}: {value}")
+        print(f"harness: {len(cases)} cases in {len({c.split('::')[0] for c in cases})} files")
+    print(cache_key(found, cases))
+
+
+@task(help={"reference": REFERENCE_HELP, "explain": "list every part the key is made of"})
+def key(c: Context, reference: str | None = None, explain: bool = False) -> None:
+    """Print the cache key (one line) that CI's actions/cache uses."""
+    _translate(lambda: _key(reference, explain))
+
+
+ns = Collection(gen, test, key)

@@ -1,0 +1,5 @@
+"""Invoke tasks of this repository: `invoke --list`."""
+
+from regression.tasks import ns
+
+__all__ = ["ns"]
