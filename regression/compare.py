@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -24,9 +24,10 @@ class Difference:
         return f"{self.path}: {self.detail}"
 
 
-def compare(reference: object, actual: object) -> list[Difference]:
+def compare(reference: object, actual: object, name: str = "") -> list[Difference]:
     """Every difference between two nested values; empty when they are bit-identical."""
-    return list(_compare(reference, actual, ()))
+    return [replace(d, path=name + d.path.removeprefix("<value>") if name else d.path)
+            for d in _compare(reference, actual, ())]
 
 
 def _compare(reference: object, actual: object, path: tuple[object, ...]):  # type: ignore[no-untyped-def]

@@ -58,7 +58,7 @@ class CheckSink:
             found = ", ".join(repr(n) for n in stored) or "none"
             differences = [Difference(repr(name), f"not in the reference (it has: {found})")]
         else:
-            differences = compare(stored[name], value)
+            differences = compare(stored[name], value, name=repr(name))
         if differences:
             self.differences += differences
             raise AssertionError(mismatch_message(name, self.reference, differences))

@@ -36,7 +36,7 @@ def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
     outcomes = list(outcomes)
     counts = Counter(o.outcome for o in outcomes)
     total = len(outcomes)
-    head = ", ".join(f"{counts[name]} {name}" for name in OUTCOMES)
+    head = ", ".join(f"{counts[name]} {_plural(name, counts[name])}" for name in OUTCOMES)
     lines = [f"reference {reference}: {total} cases: {head}"]
     if total and counts[IDENTICAL] == total:
         lines.append(f"every case is bit-identical to the reference ({total} of {total})")
@@ -64,3 +64,7 @@ def markdown_summary(reference: str, outcomes: Iterable[CaseOutcome]) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _plural(name: str, count: int) -> str:
+    return f"{name}s" if name == ERROR and count != 1 else name
