@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import xxhash
 
 from .errors import CacheError, StoreError
 from .fingerprint import differing_parts, digest, key_of
-from .store import Encoder, decode, dump_verified, load_verified, tensors_from_file, \
-    tensors_to_bytes, write_atomic
+from .files import dump_verified, load_verified, read_checked, write_atomic
 
 RECORDED = "recorded"
 ABSENT = "absent"
@@ -90,6 +89,8 @@ class Entry:
 
     def save_case(self, record: CaseRecord) -> None:
         """Store one case atomically: tensors first, then the record that names them."""
+        from .store import Encoder, tensors_to_bytes
+
         cid = case_id(record.nodeid)
         encoder = Encoder(prefix="t")
         outputs = [{"name": o.name, "value": encoder.encode(o.value)} for o in record.outputs]
@@ -106,14 +107,32 @@ class Entry:
             body["tensors"] = {"file": name, "digest": tensor_digest}
         write_atomic(self.cases / f"{cid}.json", dump_verified(body))
 
-    def load_case(self, nodeid: str) -> CaseRecord | None:
-        """The stored case, None when there is none; StoreError when it cannot be trusted."""
+    def _load_body(self, nodeid: str) -> dict[str, Any] | None:
         path = self.case_path(nodeid)
         if not path.exists():
             return None
         body = load_verified(path)
         if body.get("nodeid") != nodeid or body.get("environment") != self.key:
             raise StoreError(f"{path} belongs to another case or environment")
+        return body
+
+    def valid_harness(self, nodeid: str) -> str | None:
+        """The harness digest of a stored case whose files all verify; None when absent."""
+        body = self._load_body(nodeid)
+        if body is None:
+            return None
+        tensors = body.get("tensors")
+        if tensors:
+            read_checked(self.cases / str(tensors["file"]), str(tensors["digest"]))
+        return str(body.get("harness"))
+
+    def load_case(self, nodeid: str) -> CaseRecord | None:
+        """The stored case, None when there is none; StoreError when it cannot be trusted."""
+        from .store import decode, tensors_from_file
+
+        body = self._load_body(nodeid)
+        if body is None:
+            return None
         try:
             tensors = {}
             if body["tensors"]:
@@ -124,4 +143,4 @@ class Entry:
             return CaseRecord(nodeid=nodeid, harness=body["harness"], status=body["status"],
                               reason=body["reason"], outputs=outputs)
         except (KeyError, TypeError, ValueError) as exc:
-            raise StoreError(f"{path} is malformed: {exc!r}") from None
+            raise StoreError(f"{self.case_path(nodeid)} is malformed: {exc!r}") from None

@@ -18,7 +18,7 @@ from .cache import Entry
 from .config import Settings
 from .errors import CacheError, CollectionError, ImportRedirectError, RegressionError, \
     StoreError, SubjectImportError
-from .fingerprint import digest, environment_parts
+from .fingerprint import digest
 from .job import COLLECT, JOB_ENV, RECORD, Job
 from .revision import open_repo, reference_worktree, resolve_revision, short
 
@@ -29,18 +29,26 @@ ISOLATION = ("-p", "no:cacheprovider", "-p", "no:randomly")
 
 @dataclass(frozen=True)
 class Reference:
-    """A reference revision resolved, and the cache entry for this environment."""
+    """A reference revision, resolved to a commit."""
 
     settings: Settings
     repo: git.Repo
     revision: str
     sha: str
-    entry: Entry
 
     @property
     def label(self) -> str:
         return short(self.sha) if self.revision == self.sha else \
             f"{short(self.sha)} ({self.revision})"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """The candidate's regression cases, and the cache entry of this environment."""
+
+    reference: Reference
+    cases: dict[str, str]
+    entry: Entry
 
 
 @dataclass
@@ -53,13 +61,11 @@ class Generation:
     warnings: list[str] = field(default_factory=list)
 
 
-def find_reference(settings: Settings, reference: str | None) -> Reference:
-    """Resolve the reference revision and compute this environment's entry."""
+def resolve(settings: Settings, reference: str | None) -> Reference:
+    """Resolve the reference revision (config.yaml's unless given) to a commit."""
     revision = settings.revision_for(reference)
     repo = open_repo(settings.root)
-    sha = resolve_revision(repo, revision)
-    entry = Entry(settings.cache_dir, environment_parts(settings, sha))
-    return Reference(settings, repo, revision, sha, entry)
+    return Reference(settings, repo, revision, resolve_revision(repo, revision))
 
 
 def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
@@ -71,7 +77,8 @@ def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
             path = Path(folder) / "job.json"
             job.save(path)
             env[JOB_ENV] = str(path)
-        command = [sys.executable, "-m", "pytest", *ISOLATION, *args]
+        command = [sys.executable, "-m", "pytest", *ISOLATION, "--rootdir", str(settings.root),
+                   *args]
         return subprocess.run(command, cwd=settings.root, env=env, text=True,
                               capture_output=capture, check=False)
 
@@ -89,22 +96,23 @@ def _tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def collect_cases(settings: Settings) -> dict[str, str]:
-    """The candidate's regression cases, node id -> harness digest, from pytest itself."""
+def collect(reference: Reference) -> Suite:
+    """The candidate's regression cases and environment, as pytest itself sees them."""
+    settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
         job = Job(mode=COLLECT, result=str(Path(folder) / "result.json"),
-                  config=str(settings.path))
+                  config=str(settings.path), reference=reference.sha)
         process = _pytest(settings, ["--collect-only", "-q", *settings.tests], job, True)
         result = _job_result(job)
-        if process.returncode not in (0, 5) or result is None:
+        if process.returncode not in (0, 5) or result is None or "cases" not in result:
             raise CollectionError(
                 f"pytest could not collect the tests in {', '.join(settings.tests)} "
                 f"(exit {process.returncode}); fix the errors below, then run again:\n"
                 f"{_tail(process)}"
             )
-    cases = result.get("cases", {})
-    assert isinstance(cases, dict)
-    return {str(k): str(v) for k, v in cases.items()}
+    cases = {str(k): str(v) for k, v in dict(result["cases"]).items()}  # type: ignore[call-overload]
+    parts = {str(k): str(v) for k, v in dict(result["parts"]).items()}  # type: ignore[call-overload]
+    return Suite(reference, cases, Entry(settings.cache_dir, parts))
 
 
 def plan(entry: Entry, cases: dict[str, str], force: bool) -> tuple[dict[str, str], list[str]]:
@@ -113,11 +121,11 @@ def plan(entry: Entry, cases: dict[str, str], force: bool) -> tuple[dict[str, st
     warnings: list[str] = []
     for nodeid, harness in cases.items():
         try:
-            record = None if force else entry.load_case(nodeid)
+            stored = None if force else entry.valid_harness(nodeid)
         except StoreError as exc:
             warnings.append(f"regenerating {nodeid}: {exc}")
-            record = None
-        if record is None or record.harness != harness:
+            stored = None
+        if stored != harness:
             todo[nodeid] = harness
     return todo, warnings
 
@@ -132,12 +140,12 @@ def _open_entry(entry: Entry, warnings: list[str]) -> None:
         entry.create()
 
 
-def generate(reference: Reference, cases: dict[str, str], force: bool = False,
-             echo: Echo = print) -> Generation:
+def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generation:
     """Record the reference outputs of the cases that lack a valid one."""
     result = Generation()
-    _open_entry(reference.entry, result.warnings)
-    todo, warnings = plan(reference.entry, cases, force)
+    reference, cases = suite.reference, suite.cases
+    _open_entry(suite.entry, result.warnings)
+    todo, warnings = plan(suite.entry, cases, force)
     result.warnings += warnings
     for warning in result.warnings:
         echo(f"warning: {warning}")
@@ -145,20 +153,22 @@ def generate(reference: Reference, cases: dict[str, str], force: bool = False,
     if not todo:
         return result
     echo(f"recording {len(todo)} of {len(cases)} cases at {reference.label} ...")
-    recorded = _record(reference, todo)
+    recorded = _record(suite, todo)
     result.recorded = [str(n) for n in recorded.get("recorded", [])]  # type: ignore[union-attr]
     result.absent = dict(recorded.get("absent", {}))  # type: ignore[call-overload]
     return result
 
 
-def _record(reference: Reference, todo: dict[str, str]) -> dict[str, object]:
+def _record(suite: Suite, todo: dict[str, str]) -> dict[str, object]:
+    reference = suite.reference
     settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder, \
             reference_worktree(reference.repo, reference.sha) as worktree:
         job = Job(mode=RECORD, result=str(Path(folder) / "result.json"),
                   config=str(settings.path), reference=reference.sha, worktree=str(worktree),
-                  parts=reference.entry.parts, cases=todo)
-        process = _pytest(settings, ["-q", "--no-header", "-rN", *settings.tests], job, True)
+                  parts=suite.entry.parts, cases=todo)
+        process = _pytest(settings, ["-q", "--no-header", "-rN", "--continue-on-collection-errors",
+                                     *settings.tests], job, True)
         result = _job_result(job)
     if result is None:
         raise RegressionError(
@@ -195,7 +205,8 @@ def run_checks(reference: Reference, strict: bool, junitxml: str | None,
     return _pytest(reference.settings, args, None, capture=False).returncode
 
 
-def cache_key(reference: Reference, cases: dict[str, str]) -> str:
+def cache_key(suite: Suite) -> str:
     """The key CI's cache uses: the environment entry plus every case's harness."""
-    harness = digest(json.dumps(sorted(cases.items())).encode())
-    return f"torch-regression-{short(reference.sha)}-{reference.entry.key[:16]}-{harness[:16]}"
+    harness = digest(json.dumps(sorted(suite.cases.items())).encode())
+    return (f"torch-regression-{short(suite.reference.sha)}-{suite.entry.key[:16]}-"
+            f"{harness[:16]}")

@@ -43,7 +43,8 @@ class Collector:
     def collected(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         digests = HarnessDigests(config.rootpath, self._extra(config))
         cases = {i.nodeid: digests.of(i.path) for i in items if uses_fixture(i)}
-        self.job.write_result({"cases": cases})
+        parts = environment_parts(load_settings(Path(self.job.config)), self.job.reference)
+        self.job.write_result({"cases": cases, "parts": parts})
 
     def _extra(self, config: pytest.Config) -> list[Path]:
         settings = load_settings(Path(self.job.config))

@@ -1,10 +1,7 @@
-"""Nested outputs <-> safetensors + JSON, in atomic, self-verifying files. Nothing pickled."""
+"""Nested outputs <-> safetensors tensors + a JSON structure. Nothing is pickled."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +11,9 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from .errors import StoreError
-from .fingerprint import digest
+from .files import read_checked
 
 Node = dict[str, Any]
-
-_HEADER = b"torch-regression "
 
 
 def path_label(path: tuple[object, ...]) -> str:
@@ -89,43 +84,6 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
     raise StoreError(f"unknown node kind {kind!r}")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` so that `path` is either absent, the old content, or all of `data`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def dump_verified(body: dict[str, Any]) -> bytes:
-    """JSON preceded by a header line holding the hash of the JSON bytes."""
-    content = json.dumps(body, sort_keys=True, indent=1).encode()
-    return _HEADER + digest(content).encode() + b"\n" + content
-
-
-def load_verified(path: Path) -> dict[str, Any]:
-    """The JSON body of a file written with dump_verified, after checking its hash."""
-    data = _read(path)
-    header, _, content = data.partition(b"\n")
-    if not header.startswith(_HEADER) or header[len(_HEADER):].decode(errors="replace") \
-            != digest(content):
-        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
-    try:
-        body = json.loads(content)
-    except ValueError as exc:
-        raise StoreError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise StoreError(f"{path} does not hold a JSON object")
-    return body
-
-
 def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
     """Serialize tensors with safetensors."""
     try:
@@ -138,19 +96,8 @@ def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
 
 def tensors_from_file(path: Path, expected_digest: str) -> dict[str, torch.Tensor]:
     """Tensors from a safetensors file, after checking its content hash."""
-    data = _read(path)
-    if digest(data) != expected_digest:
-        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
+    data = read_checked(path, expected_digest)
     try:
         return load_tensors(data)
     except (SafetensorError, ValueError, RuntimeError) as exc:
         raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise StoreError(f"{path} is missing") from None
-    except OSError as exc:
-        raise StoreError(f"{path} cannot be read: {exc}") from None

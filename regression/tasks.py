@@ -9,8 +9,7 @@ from invoke import Collection, Context, Exit, task
 
 from .config import Settings, find_config, load_settings
 from .errors import RegressionError
-from .fingerprint import environment_parts
-from .runner import Generation, cache_key, collect_cases, find_reference, generate, run_checks
+from .runner import Generation, cache_key, collect, generate, resolve, run_checks
 
 T = TypeVar("T")
 REFERENCE_HELP = "revision (tag, branch, SHA, HEAD~n) or a name from config.yaml's references"
@@ -37,10 +36,8 @@ def _report(generation: Generation, total: int) -> None:
 
 
 def _gen(reference: str | None, force: bool) -> None:
-    settings = _settings()
-    found = find_reference(settings, reference)
-    cases = collect_cases(settings)
-    _report(generate(found, cases, force=force), len(cases))
+    suite = collect(resolve(_settings(), reference))
+    _report(generate(suite, force=force), len(suite.cases))
 
 
 @task(help={"reference": REFERENCE_HELP, "force": "regenerate every case, valid or not"})
@@ -50,11 +47,9 @@ def gen(c: Context, reference: str | None = None, force: bool = False) -> None:
 
 
 def _test(reference: str | None, strict: bool, junitxml: str | None) -> int:
-    settings = _settings()
-    found = find_reference(settings, reference)
-    cases = collect_cases(settings)
-    _report(generate(found, cases), len(cases))
-    return run_checks(found, strict=strict, junitxml=junitxml)
+    suite = collect(resolve(_settings(), reference))
+    _report(generate(suite), len(suite.cases))
+    return run_checks(suite.reference, strict=strict, junitxml=junitxml)
 
 
 @task(help={
@@ -71,14 +66,13 @@ def test(c: Context, reference: str | None = None, strict: bool = False,
 
 
 def _key(reference: str | None, explain: bool) -> None:
-    settings = _settings()
-    found = find_reference(settings, reference)
-    cases = collect_cases(settings)
+    suite = collect(resolve(_settings(), reference))
     if explain:
-        for name, value in environment_parts(settings, found.sha).items():
+        for name, value in suite.entry.parts.items():
             print(f"{name}: {value}")
-        print(f"harness: {len(cases)} cases in {len({c.split('::')[0] for c in cases})} files")
-    print(cache_key(found, cases))
+        files = len({c.split("::")[0] for c in suite.cases})
+        print(f"harness: {len(suite.cases)} cases in {files} files")
+    print(cache_key(suite))
 
 
 @task(help={"reference": REFERENCE_HELP, "explain": "list every part the key is made of"})

@@ -1,0 +1,68 @@
+"""Atomic, self-verifying files: what is read back is exactly what was written, or an error."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreError
+from .fingerprint import digest
+
+_HEADER = b"torch-regression "
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` so that `path` is either absent, the old content, or all of `data`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def dump_verified(body: dict[str, Any]) -> bytes:
+    """JSON preceded by a header line holding the hash of the JSON bytes."""
+    content = json.dumps(body, sort_keys=True, indent=1).encode()
+    return _HEADER + digest(content).encode() + b"\n" + content
+
+
+def load_verified(path: Path) -> dict[str, Any]:
+    """The JSON body of a file written with dump_verified, after checking its hash."""
+    data = _read(path)
+    header, _, content = data.partition(b"\n")
+    if not header.startswith(_HEADER) or header[len(_HEADER):].decode(errors="replace") \
+            != digest(content):
+        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
+    try:
+        body = json.loads(content)
+    except ValueError as exc:
+        raise StoreError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise StoreError(f"{path} does not hold a JSON object")
+    return body
+
+
+def read_checked(path: Path, expected_digest: str) -> bytes:
+    """The bytes of `path`, after checking their content hash."""
+    data = _read(path)
+    if digest(data) != expected_digest:
+        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
+    return data
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise StoreError(f"{path} is missing") from None
+    except OSError as exc:
+        raise StoreError(f"{path} cannot be read: {exc}") from None

@@ -1,0 +1,46 @@
+"""Fixtures: repositories made of real commits, for the integration tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import CONFIG, PROJECT, SUBJECT, TASKS, TESTS, Repo, init_repo
+
+
+@pytest.fixture
+def subject_repo(tmp_path: Path) -> Repo:
+    """A repository with a tiny subject `subj` at commit v1 (tagged), a second commit on top."""
+    repo = init_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
+    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
+    repo.write("tests/test_subj.py", TESTS)
+    repo.write("tasks.py", TASKS)
+    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
+    repo.write(".gitignore", "__pycache__/\n")
+    repo.commit("v1")
+    repo.git("tag", "-a", "v1", "-m", "version 1")
+    repo.write("README.md", "a second commit\n")
+    repo.commit("docs")
+    return repo
+
+
+@pytest.fixture(scope="session")
+def zoo_repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository made of this project's example zoo, its tests and its config."""
+    path = tmp_path_factory.mktemp("zoo") / "repo"
+    repo = init_repo(path, path.parent / "cache")
+    shutil.copytree(PROJECT / "zoo", path / "zoo",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PROJECT / "tests" / "regression", path / "tests" / "regression",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    config = (PROJECT / "config.yaml").read_text(encoding="utf-8")
+    lines = [line if not line.startswith("reference:") else "reference: HEAD"
+             for line in config.splitlines()]
+    repo.write("config.yaml", "\n".join(lines) + "\n")
+    repo.write("tasks.py", TASKS)
+    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
+    repo.write(".gitignore", "__pycache__/\n")
+    repo.commit("the zoo")
+    return path

@@ -1,0 +1,120 @@
+"""Helpers: real temporary git repositories, real commits, real invoke and pytest runs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+CONFIG = """\
+reference: {reference}
+subject:
+  packages: [subj]
+  path: {path}
+tests: [tests]
+determinism:
+  seed: 0
+  threads: 1
+"""
+
+SUBJECT = """\
+import torch
+
+SCALE = {scale}
+
+
+def forward(x: torch.Tensor) -> torch.Tensor:
+    weight = torch.linspace(-1.0, 1.0, 3 * x.shape[-1]).reshape(3, x.shape[-1])
+    return torch.tanh(torch.nn.functional.linear(x, weight)) * SCALE
+"""
+
+TESTS = """\
+import subj
+
+
+def test_forward(regression):
+    regression.check(subj.forward(regression.randn(2, 4)), name="out")
+
+
+def test_plain():
+    assert subj.SCALE > 0
+"""
+
+TASKS = "from regression.tasks import ns\n"
+
+
+@dataclass
+class Repo:
+    """A real git repository in a temporary folder, and the commands run in it."""
+
+    path: Path
+    cache: Path
+
+    def git(self, *args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=self.path, text=True, capture_output=True,
+                              check=True)
+        return done.stdout.strip()
+
+    def write(self, relative: str, text: str) -> None:
+        target = self.path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text), encoding="utf-8")
+
+    def commit(self, message: str) -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("REGRESSION_", "PYTEST_"))}
+        env["REGRESSION_CACHE_DIR"] = str(self.cache)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env
+
+    def invoke(self, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([python, "-m", "invoke", *args], cwd=self.path, env=self.env(),
+                              text=True, capture_output=True, check=False, timeout=600)
+
+    def pytest(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                              cwd=self.path, env=self.env(), text=True, capture_output=True,
+                              check=False, timeout=600)
+
+    def snapshot(self) -> dict[str, object]:
+        """HEAD, index, stash, status and every file's bytes, outside .git."""
+        files = {
+            str(p.relative_to(self.path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(self.path.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(self.path).parts
+        }
+        return {
+            "head": self.git("rev-parse", "HEAD"),
+            "branch": self.git("symbolic-ref", "-q", "HEAD"),
+            "index": self.git("ls-files", "--stage"),
+            "stash": self.git("stash", "list"),
+            "status": self.git("status", "--porcelain", "--untracked-files=all"),
+            "files": files,
+        }
+
+
+def output(done: subprocess.CompletedProcess[str]) -> str:
+    return done.stdout + done.stderr
+
+
+def init_repo(path: Path, cache: Path) -> Repo:
+    path.mkdir(parents=True, exist_ok=True)
+    repo = Repo(path, cache)
+    repo.git("init", "-q", "-b", "main")
+    repo.git("config", "user.email", "test@example.com")
+    repo.git("config", "user.name", "Test")
+    repo.git("config", "commit.gpgsign", "false")
+    return repo
+
+

@@ -1,0 +1,126 @@
+"""invoke gen / invoke test end to end on a tiny subject in a real repository."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from helpers import SUBJECT, Repo, output
+
+
+def test_reference_from_annotated_tag_is_identical(subject_repo: Repo) -> None:
+    done = subject_repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "recorded 1 cases" in output(done)
+    assert "1 cases: 1 identical, 0 changed" in output(done)
+
+
+def test_sha_of_the_tag_reuses_the_same_reference(subject_repo: Repo) -> None:
+    assert subject_repo.invoke("gen").returncode == 0
+    sha = subject_repo.git("rev-parse", "v1^{commit}")
+    done = subject_repo.invoke("gen", "--reference", sha)
+    assert done.returncode == 0, output(done)
+    assert "nothing generated" in output(done)
+
+
+def test_uncommitted_change_of_behaviour_is_detected(subject_repo: Repo) -> None:
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0000001"))
+    done = subject_repo.invoke("test")
+    assert done.returncode == 1, output(done)
+    text = output(done)
+    assert "CHANGED tests/test_subj.py::test_forward" in text
+    assert "'out': float32[2, 3]" in text
+    assert "1 passed" in text  # test_plain does not use the fixture and still runs
+
+
+def test_reference_from_head_tilde_sees_the_change_as_committed(subject_repo: Repo) -> None:
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
+    subject_repo.commit("double")
+    assert subject_repo.invoke("test", "--reference", "HEAD~2").returncode == 1
+    done = subject_repo.invoke("test", "--reference", "HEAD")
+    assert done.returncode == 0, output(done)
+
+
+def test_unknown_revision_is_a_clear_error(subject_repo: Repo) -> None:
+    done = subject_repo.invoke("gen", "--reference", "v9")
+    assert done.returncode == 2
+    assert "revision 'v9' does not exist" in done.stderr
+    assert "Fix:" in done.stderr
+
+
+def test_shallow_clone_says_fetch_depth(subject_repo: Repo, tmp_path: Path) -> None:
+    clone = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{subject_repo.path}",
+                    str(clone)], check=True)
+    done = Repo(clone, subject_repo.cache).invoke("gen", "--reference", "HEAD~1")
+    assert done.returncode == 2
+    assert "shallow" in done.stderr and "fetch-depth: 0" in done.stderr
+
+
+def test_working_tree_index_stash_and_head_are_untouched(subject_repo: Repo) -> None:
+    subject_repo.write("stashed.txt", "stash me\n")
+    subject_repo.git("add", "stashed.txt")
+    subject_repo.git("stash", "push", "-q", "-m", "kept")
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0") + "\n# edited\n")
+    subject_repo.write("staged.txt", "staged\n")
+    subject_repo.git("add", "staged.txt")
+    subject_repo.write("untracked.txt", "untracked\n")
+    before = subject_repo.snapshot()
+    assert subject_repo.invoke("gen").returncode == 0
+    assert subject_repo.invoke("test").returncode == 0
+    assert subject_repo.snapshot() == before
+
+
+def test_subject_failing_to_import_at_the_reference(subject_repo: Repo) -> None:
+    subject_repo.write("subj/__init__.py", "raise ImportError('broken on purpose')\n")
+    broken = subject_repo.commit("broken")
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
+    subject_repo.commit("fixed")
+    done = subject_repo.invoke("gen", "--reference", broken)
+    assert done.returncode == 2, output(done)
+    assert "fails to import at the reference" in done.stderr
+    assert "broken on purpose" in done.stderr
+    assert "--reference" in done.stderr
+
+
+def test_case_missing_from_the_reference_is_reported_not_passed(subject_repo: Repo) -> None:
+    subject_repo.write("subj/extra.py", "def triple(x):\n    return x * 3\n")
+    subject_repo.write("tests/test_new.py", """\
+        from subj.extra import triple
+
+
+        def test_triple(regression):
+            regression.check(triple(regression.randn(3)))
+        """)
+    subject_repo.write("tests/test_subj.py", (subject_repo.path / "tests/test_subj.py")
+                       .read_text() + "\n\ndef test_new_config(regression):\n"
+                       "    import subj.extra\n    regression.check(subj.extra.triple(2.0))\n")
+    done = subject_repo.invoke("test")
+    text = output(done)
+    assert done.returncode == 0, text
+    assert "2 not in reference" in text
+    assert "NOT IN REFERENCE tests/test_new.py::test_triple" in text
+    assert "NOT IN REFERENCE tests/test_subj.py::test_new_config" in text
+    assert "1 identical" in text
+    strict = subject_repo.invoke("test", "--strict")
+    assert strict.returncode == 1
+    assert "2 failed" in output(strict)
+
+
+def test_second_gen_rewrites_nothing(subject_repo: Repo) -> None:
+    assert subject_repo.invoke("gen").returncode == 0
+    stored = {p: p.stat().st_mtime_ns for p in subject_repo.cache.rglob("*") if p.is_file()}
+    again = subject_repo.invoke("gen")
+    assert "nothing generated" in output(again)
+    assert {p: p.stat().st_mtime_ns for p in subject_repo.cache.rglob("*") if p.is_file()} \
+        == stored
+
+
+def test_plain_pytest_uses_the_reference_after_gen(subject_repo: Repo) -> None:
+    before = subject_repo.pytest("tests")
+    assert before.returncode == 1
+    assert "run `invoke gen`" in output(before)
+    assert subject_repo.invoke("gen").returncode == 0
+    after = subject_repo.pytest("tests")
+    assert after.returncode == 0, output(after)
+    assert "1 identical" in output(after)
