@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterator
 
 import torch
 
@@ -30,7 +31,7 @@ def compare(reference: object, actual: object, name: str = "") -> list[Differenc
             for d in _compare(reference, actual, ())]
 
 
-def _compare(reference: object, actual: object, path: tuple[object, ...]):  # type: ignore[no-untyped-def]
+def _compare(reference: object, actual: object, path: tuple[object, ...]) -> Iterator[Difference]:
     label = path_label(path)
     if _kind(reference) != _kind(actual):
         yield Difference(label, f"{_describe(actual)}, reference {_describe(reference)}")
@@ -53,7 +54,7 @@ def _compare(reference: object, actual: object, path: tuple[object, ...]):  # ty
 
 
 def _compare_dicts(reference: dict[object, object], actual: dict[object, object],
-                   path: tuple[object, ...]):  # type: ignore[no-untyped-def]
+                   path: tuple[object, ...]) -> Iterator[Difference]:
     label = path_label(path)
     missing = [k for k in reference if k not in actual]
     extra = [k for k in actual if k not in reference]

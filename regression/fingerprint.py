@@ -142,5 +142,5 @@ def _device(device: str) -> str:
     props = torch.cuda.get_device_properties(0)
     return (
         f"cuda {props.name} sm_{props.major}{props.minor}; CUDA {torch.version.cuda}; "
-        f"cuDNN {torch.backends.cudnn.version()}"
+        f"cuDNN {torch.backends.cudnn.version()}"  # type: ignore[no-untyped-call]
     )

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import git
 
@@ -83,7 +83,7 @@ def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
                               capture_output=capture, check=False)
 
 
-def _job_result(job: Job) -> dict[str, object] | None:
+def _job_result(job: Job) -> dict[str, Any] | None:
     path = Path(job.result)
     if not path.is_file():
         return None
@@ -110,8 +110,8 @@ def collect(reference: Reference) -> Suite:
                 f"(exit {process.returncode}); fix the errors below, then run again:\n"
                 f"{_tail(process)}"
             )
-    cases = {str(k): str(v) for k, v in dict(result["cases"]).items()}  # type: ignore[call-overload]
-    parts = {str(k): str(v) for k, v in dict(result["parts"]).items()}  # type: ignore[call-overload]
+    cases = {str(k): str(v) for k, v in result["cases"].items()}
+    parts = {str(k): str(v) for k, v in result["parts"].items()}
     return Suite(reference, cases, Entry(settings.cache_dir, parts))
 
 
@@ -154,12 +154,12 @@ def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generatio
         return result
     echo(f"recording {len(todo)} of {len(cases)} cases at {reference.label} ...")
     recorded = _record(suite, todo)
-    result.recorded = [str(n) for n in recorded.get("recorded", [])]  # type: ignore[union-attr]
-    result.absent = dict(recorded.get("absent", {}))  # type: ignore[call-overload]
+    result.recorded = [str(n) for n in recorded.get("recorded", [])]
+    result.absent = {str(k): str(v) for k, v in recorded.get("absent", {}).items()}
     return result
 
 
-def _record(suite: Suite, todo: dict[str, str]) -> dict[str, object]:
+def _record(suite: Suite, todo: dict[str, str]) -> dict[str, Any]:
     reference = suite.reference
     settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder, \

@@ -209,7 +209,7 @@ class Checker:
         strict = bool(self.config.getoption("regression_strict"))
         if report.passed and not sink.in_reference:
             message = f"not in reference {self.label}: {sink.record.reason}"
-            report.outcome = "failed" if strict else "skipped"  # type: ignore[assignment]
+            report.outcome = "failed" if strict else "skipped"
             report.longrepr = message if strict else (str(item.path), 0, message)
         elif report.passed and sink.unchecked():
             report.outcome = "failed"

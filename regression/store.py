@@ -80,7 +80,7 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
     if kind == "tuple":
         return tuple(decode(n, tensors) for n in content)
     if kind == "dict":
-        return {decode(k, tensors): decode(v, tensors) for k, v in content}  # type: ignore[misc]
+        return {decode(k, tensors): decode(v, tensors) for k, v in content}
     raise StoreError(f"unknown node kind {kind!r}")
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from invoke import Collection, Context, Exit, task
+from invoke.collection import Collection
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
 
 from .config import Settings, find_config, load_settings
 from .errors import RegressionError

@@ -1,0 +1,73 @@
+"""The example zoo end to end: the issue's acceptance checks, on a copy of this project."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from helpers import Repo, output
+
+LINEAR_PATCH = """
+import torch as _torch
+
+_linear = _torch.nn.functional.linear
+_torch.nn.functional.linear = lambda *a, **k: _linear(*a, **k) * (1 + 1e-7)
+"""
+
+HARMLESS = """
+
+def _unused_helper() -> int:
+    return 42
+"""
+
+
+@pytest.fixture(scope="module")
+def zoo(zoo_repo_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Repo:
+    path = tmp_path_factory.mktemp("zoo-run") / "repo"
+    shutil.copytree(zoo_repo_template, path)
+    repo = Repo(path, path.parent / "cache")
+    done = repo.invoke("gen")
+    assert done.returncode == 0, output(done)
+    return repo
+
+
+@pytest.fixture
+def zoo_init(zoo: Repo) -> Iterator[Path]:
+    path = zoo.path / "zoo" / "__init__.py"
+    original = path.read_bytes()
+    yield path
+    path.write_bytes(original)
+
+
+def test_every_case_is_identical(zoo: Repo) -> None:
+    done = zoo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "every case is bit-identical to the reference" in done.stdout
+
+
+def test_second_gen_rewrites_no_stored_file(zoo: Repo) -> None:
+    files = [p for p in zoo.cache.rglob("*") if p.is_file()]
+    stamps = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in files}
+    done = zoo.invoke("gen")
+    assert "nothing generated" in done.stdout, output(done)
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in zoo.cache.rglob("*")
+            if p.is_file()} == stamps
+
+
+def test_linear_scaled_by_one_ulp_fails_and_names_the_cases(zoo: Repo, zoo_init: Path) -> None:
+    zoo_init.write_text(zoo_init.read_text() + LINEAR_PATCH)
+    done = zoo.invoke("test")
+    text = output(done)
+    assert done.returncode == 1, text
+    assert "CHANGED tests/regression/test_zoo.py::test_forward[mlp-tiny]" in text
+    assert "CHANGED tests/regression/test_zoo.py::test_forward[vit-tiny]" in text
+    assert "0 identical" not in text or "changed" in text
+
+
+def test_harmless_addition_passes(zoo: Repo, zoo_init: Path) -> None:
+    zoo_init.write_text(zoo_init.read_text() + HARMLESS)
+    done = zoo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "every case is bit-identical" in done.stdout
