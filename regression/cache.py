@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import xxhash
+from filelock import FileLock
 
 from .errors import CacheError, StoreError
 from .fingerprint import differing_parts, digest, key_of
-from .files import dump_verified, load_verified, read_checked, write_atomic
+from .files import dump_verified, load_verified, verify_safetensors, write_atomic
 
 RECORDED = "recorded"
 ABSENT = "absent"
 ENTRY_FILE = "entry.json"
+LAST_USED = "last-used"
 CASES = "cases"
 FORMAT = 1
 
@@ -61,8 +63,57 @@ class Entry:
         self.directory = cache_dir / self.key
         self.cases = self.directory / CASES
 
+    @classmethod
+    def from_directory(cls, directory: Path) -> Entry:
+        """The entry stored in `directory`; CacheError when its name does not match its content."""
+        body = load_verified(directory / ENTRY_FILE)
+        parts = body.get("parts")
+        if not isinstance(parts, dict):
+            raise StoreError(f"{directory / ENTRY_FILE} holds no fingerprint")
+        entry = cls(directory.parent, {str(k): str(v) for k, v in parts.items()})
+        if entry.directory != directory:
+            raise CacheError(f"{directory} is foreign: its fingerprint hashes to {entry.key}, "
+                             "not to its folder's name")
+        return entry
+
     def exists(self) -> bool:
         return (self.directory / ENTRY_FILE).is_file()
+
+    def lock(self) -> FileLock:
+        """The lock held while this entry is generated or removed; freed if its holder dies."""
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.directory.parent / f"{self.key}.lock"))
+
+    def touch(self) -> None:
+        """Mark the entry as used now, for least-recently-used pruning."""
+        (self.directory / LAST_USED).touch()
+
+    def last_used(self) -> float:
+        for name in (LAST_USED, ENTRY_FILE):
+            if (self.directory / name).exists():
+                return (self.directory / name).stat().st_mtime
+        return 0.0
+
+    def stored_cases(self) -> list[Path]:
+        """The case records in this entry."""
+        return sorted(self.cases.glob("*.json")) if self.cases.is_dir() else []
+
+    def faults(self) -> list[str]:
+        """Everything in this entry that would not be trusted when read, as messages."""
+        problems = []
+        try:
+            self.verify_identity()
+        except CacheError as exc:
+            problems.append(str(exc))
+        for path in self.stored_cases():
+            try:
+                nodeid = str(load_verified(path).get("nodeid"))
+                if self.case_path(nodeid) != path:
+                    raise StoreError(f"{path} holds the case {nodeid!r} of another file name")
+                self.valid_harness(nodeid)
+            except CacheError as exc:
+                problems.append(str(exc))
+        return problems
 
     def create(self) -> None:
         """Make the entry's folder and identity file if they are missing."""
@@ -99,13 +150,17 @@ class Entry:
             "harness": record.harness, "status": record.status, "reason": record.reason,
             "outputs": outputs, "tensors": None,
         }
+        tensor_file = None
         if encoder.tensors:
             data = tensors_to_bytes(encoder.tensors)
             tensor_digest = digest(data)
-            name = f"{cid}.{tensor_digest[:16]}.safetensors"
-            write_atomic(self.cases / name, data)
-            body["tensors"] = {"file": name, "digest": tensor_digest}
+            tensor_file = f"{cid}.{tensor_digest[:16]}.safetensors"
+            write_atomic(self.cases / tensor_file, data)
+            body["tensors"] = {"file": tensor_file, "digest": tensor_digest}
         write_atomic(self.cases / f"{cid}.json", dump_verified(body))
+        for old in self.cases.glob(f"{cid}.*.safetensors"):
+            if old.name != tensor_file:
+                old.unlink(missing_ok=True)
 
     def _load_body(self, nodeid: str) -> dict[str, Any] | None:
         path = self.case_path(nodeid)
@@ -123,7 +178,7 @@ class Entry:
             return None
         tensors = body.get("tensors")
         if tensors:
-            read_checked(self.cases / str(tensors["file"]), str(tensors["digest"]))
+            verify_safetensors(self.cases / str(tensors["file"]), str(tensors["digest"]))
         return str(body.get("harness"))
 
     def load_case(self, nodeid: str) -> CaseRecord | None:

@@ -104,6 +104,8 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor,
         return Difference(label, f"dtype {_signature(actual)}, reference {_signature(reference)}")
     if reference.shape != actual.shape:
         return Difference(label, f"shape {_signature(actual)}, reference {_signature(reference)}")
+    if reference.is_complex():
+        reference, actual = torch.view_as_real(reference), torch.view_as_real(actual)
     unequal = _bits(reference) != _bits(actual)
     count = int(unequal.sum())
     if count == 0:
@@ -125,8 +127,7 @@ def _largest_change(reference: torch.Tensor, actual: torch.Tensor,
     new = actual.detach().cpu().reshape(-1)
     if ref.dtype == torch.bool:
         ref, new = ref.to(torch.int64), new.to(torch.int64)
-    wide = torch.float64 if ref.is_floating_point() else torch.int64
-    diff = (new.to(wide) - ref.to(wide)).abs().to(torch.float64)
+    diff = (new.to(torch.float64) - ref.to(torch.float64)).abs()
     diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
     diff = torch.where(unequal, diff, torch.full_like(diff, -1.0))
     where = int(torch.argmax(diff))

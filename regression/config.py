@@ -85,6 +85,10 @@ def load_settings(path: Path) -> Settings:
         raise ConfigError(where, "file not found; create it (see the README)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(where, f"not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(where, "not UTF-8 text; save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(where, f"cannot be read: {exc.strerror or exc}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -177,8 +181,10 @@ class _Reader:
         if not isinstance(value, list) or not value and required:
             raise self._error(key, "must be a non-empty list of names")
         for item in value:
-            if not isinstance(item, str) or not item.replace("_", "a").replace(".", "a").isalnum():
-                raise self._error(key, f"{item!r} is not a package name")
+            if not isinstance(item, str) or not item.isidentifier():
+                raise self._error(key, f"{item!r} is not a top-level package name (the import "
+                                       "redirect works on whole top-level packages: write "
+                                       "`pkg`, not `pkg.sub`)")
         return tuple(value)
 
     def relative_path(self, key: str, default: str) -> str:

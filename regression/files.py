@@ -19,6 +19,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(handle, 0o666 & ~_umask())  # mkstemp makes 0600; honour the umask instead
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()
@@ -27,6 +28,13 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; it is set straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def dump_verified(body: dict[str, Any]) -> bytes:
@@ -66,3 +74,14 @@ def _read(path: Path) -> bytes:
         raise StoreError(f"{path} is missing") from None
     except OSError as exc:
         raise StoreError(f"{path} cannot be read: {exc}") from None
+
+
+def verify_safetensors(path: Path, expected_digest: str) -> None:
+    """Check a safetensors file's hash and structure without torch and without unpickling."""
+    from safetensors import SafetensorError, deserialize
+
+    data = read_checked(path, expected_digest)
+    try:
+        deserialize(data)  # type: ignore[no-untyped-call]
+    except (SafetensorError, ValueError) as exc:
+        raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None

@@ -77,11 +77,11 @@ class Regression:
         self._sink = sink
         self._names: list[str] = []
 
-    def randn(self, *size: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def randn(self, *size: int | Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
         """Standard normal values from the case's generator."""
         return torch.randn(*_shape(size), generator=self.generator, dtype=dtype)
 
-    def rand(self, *size: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def rand(self, *size: int | Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
         """Uniform [0, 1) values from the case's generator."""
         return torch.rand(*_shape(size), generator=self.generator, dtype=dtype)
 

@@ -37,7 +37,7 @@ def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
     counts = Counter(o.outcome for o in outcomes)
     total = len(outcomes)
     head = ", ".join(f"{counts[name]} {_plural(name, counts[name])}" for name in OUTCOMES)
-    lines = [f"reference {reference}: {total} cases: {head}"]
+    lines = [f"reference {reference}: {total} {'case' if total == 1 else 'cases'}: {head}"]
     if total and counts[IDENTICAL] == total:
         lines.append(f"every case is bit-identical to the reference ({total} of {total})")
     for outcome in outcomes:

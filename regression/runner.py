@@ -20,7 +20,8 @@ from .errors import CacheError, CollectionError, ImportRedirectError, Regression
     StoreError, SubjectImportError
 from .fingerprint import digest
 from .job import COLLECT, JOB_ENV, RECORD, Job
-from .revision import open_repo, reference_worktree, resolve_revision, short
+from .revision import open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
+    short
 
 Echo = Callable[[str], None]
 # Plugins that reorder tests or reseed generators would make the two runs differ.
@@ -115,19 +116,43 @@ def collect(reference: Reference) -> Suite:
     return Suite(reference, cases, Entry(settings.cache_dir, parts))
 
 
-def plan(entry: Entry, cases: dict[str, str], force: bool) -> tuple[dict[str, str], list[str]]:
-    """The cases to record (missing, stale, corrupt, or all with force), and warnings."""
-    todo: dict[str, str] = {}
-    warnings: list[str] = []
+@dataclass(frozen=True)
+class Pending:
+    """A case to record, and why: missing, stale, forced, or a fault in what was stored."""
+
+    harness: str
+    why: str
+    fault: bool = False
+
+
+def plan(entry: Entry, cases: dict[str, str], force: bool) -> dict[str, Pending]:
+    """The cases that need recording, by node id."""
+    todo: dict[str, Pending] = {}
     for nodeid, harness in cases.items():
         try:
             stored = None if force else entry.valid_harness(nodeid)
         except StoreError as exc:
-            warnings.append(f"regenerating {nodeid}: {exc}")
-            stored = None
+            todo[nodeid] = Pending(harness, str(exc), fault=True)
+            continue
         if stored != harness:
-            todo[nodeid] = harness
-    return todo, warnings
+            why = "forced" if force else "not recorded yet" if stored is None else \
+                "its test file or a conftest.py changed"
+            todo[nodeid] = Pending(harness, why)
+    return todo
+
+
+def require_valid(suite: Suite) -> None:
+    """Raise unless every case has a valid stored reference (for `test --no-gen`)."""
+    try:
+        suite.entry.verify_identity()
+        todo = plan(suite.entry, suite.cases, force=False)
+    except CacheError as exc:
+        raise CacheError(f"{exc}\nRun `invoke gen` to record the reference again.") from None
+    if todo:
+        lines = "\n".join(f"  {nodeid}: {p.why}" for nodeid, p in list(todo.items())[:20])
+        more = f"\n  ... and {len(todo) - 20} more" if len(todo) > 20 else ""
+        raise CacheError(f"{len(todo)} of {len(suite.cases)} cases have no valid reference at "
+                         f"{suite.reference.label}:\n{lines}{more}\nRun `invoke gen` first.")
 
 
 def _open_entry(entry: Entry, warnings: list[str]) -> None:
@@ -141,21 +166,28 @@ def _open_entry(entry: Entry, warnings: list[str]) -> None:
 
 
 def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generation:
-    """Record the reference outputs of the cases that lack a valid one."""
+    """Record the reference outputs of the cases that lack a valid one.
+
+    The entry's lock is held throughout: a concurrent gen of the same key waits, then finds
+    the work done.
+    """
     result = Generation()
-    reference, cases = suite.reference, suite.cases
-    _open_entry(suite.entry, result.warnings)
-    todo, warnings = plan(suite.entry, cases, force)
-    result.warnings += warnings
-    for warning in result.warnings:
-        echo(f"warning: {warning}")
-    result.reused = len(cases) - len(todo)
-    if not todo:
-        return result
-    echo(f"recording {len(todo)} of {len(cases)} cases at {reference.label} ...")
-    recorded = _record(suite, todo)
-    result.recorded = [str(n) for n in recorded.get("recorded", [])]
-    result.absent = {str(k): str(v) for k, v in recorded.get("absent", {}).items()}
+    prune_stale_worktrees(suite.reference.repo)
+    with suite.entry.lock():
+        _open_entry(suite.entry, result.warnings)
+        todo = plan(suite.entry, suite.cases, force)
+        result.warnings += [f"re-recording {nodeid}: {p.why}" for nodeid, p in todo.items()
+                            if p.fault]
+        for warning in result.warnings:
+            echo(f"warning: {warning}")
+        result.reused = len(suite.cases) - len(todo)
+        if todo:
+            echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
+                 f"{suite.reference.label} ...")
+            recorded = _record(suite, {nodeid: p.harness for nodeid, p in todo.items()})
+            result.recorded = [str(n) for n in recorded.get("recorded", [])]
+            result.absent = {str(k): str(v) for k, v in recorded.get("absent", {}).items()}
+        suite.entry.touch()
     return result
 
 

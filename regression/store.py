@@ -54,6 +54,9 @@ class Encoder:
         )
 
     def _add(self, tensor: torch.Tensor, path: tuple[object, ...]) -> str:
+        if tensor.is_complex():
+            raise StoreError(f"cannot store a complex tensor at {path_label(path)}: safetensors "
+                             "has no complex dtype; check torch.view_as_real(value) instead")
         if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
             raise StoreError(f"cannot store a {tensor.layout} tensor at {path_label(path)}; "
                              "convert it to a dense tensor first (e.g. .to_dense())")
@@ -88,7 +91,7 @@ def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
     """Serialize tensors with safetensors."""
     try:
         return bytes(save_tensors(tensors))
-    except (SafetensorError, ValueError, TypeError) as exc:
+    except (SafetensorError, ValueError, TypeError, KeyError, RuntimeError) as exc:
         dtypes = sorted({str(t.dtype) for t in tensors.values()})
         raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): {exc}") \
             from None

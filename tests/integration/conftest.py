@@ -6,24 +6,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import CONFIG, PROJECT, SUBJECT, TASKS, TESTS, Repo, init_repo
+from helpers import PROJECT, TASKS, Repo, init_repo, make_subject_repo
 
 
 @pytest.fixture
 def subject_repo(tmp_path: Path) -> Repo:
     """A repository with a tiny subject `subj` at commit v1 (tagged), a second commit on top."""
-    repo = init_repo(tmp_path / "repo", tmp_path / "cache")
-    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
-    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
-    repo.write("tests/test_subj.py", TESTS)
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.write(".gitignore", "__pycache__/\n")
-    repo.commit("v1")
-    repo.git("tag", "-a", "v1", "-m", "version 1")
-    repo.write("README.md", "a second commit\n")
-    repo.commit("docs")
-    return repo
+    return make_subject_repo(tmp_path / "repo", tmp_path / "cache")
 
 
 @pytest.fixture(scope="session")

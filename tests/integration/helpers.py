@@ -118,3 +118,19 @@ def init_repo(path: Path, cache: Path) -> Repo:
     return repo
 
 
+
+
+def make_subject_repo(path: Path, cache: Path) -> Repo:
+    """A repository with a tiny subject `subj` at commit v1 (tagged), a second commit on top."""
+    repo = init_repo(path, cache)
+    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
+    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
+    repo.write("tests/test_subj.py", TESTS)
+    repo.write("tasks.py", TASKS)
+    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
+    repo.write(".gitignore", "__pycache__/\n")
+    repo.commit("v1")
+    repo.git("tag", "-a", "v1", "-m", "version 1")
+    repo.write("README.md", "a second commit\n")
+    repo.commit("docs")
+    return repo

@@ -12,7 +12,7 @@ def test_reference_from_annotated_tag_is_identical(subject_repo: Repo) -> None:
     done = subject_repo.invoke("test")
     assert done.returncode == 0, output(done)
     assert "recorded 1 cases" in output(done)
-    assert "1 cases: 1 identical, 0 changed" in output(done)
+    assert "1 case: 1 identical, 0 changed" in output(done)
 
 
 def test_sha_of_the_tag_reuses_the_same_reference(subject_repo: Repo) -> None:

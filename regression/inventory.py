@@ -1,0 +1,146 @@
+"""Cache management: list, verify, prune and clear the entries of a cache folder."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cache import ENTRY_FILE, Entry
+from .errors import CacheError, RegressionError
+from .revision import short
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """One cache entry as `cache.list` shows it."""
+
+    directory: Path
+    entry: Entry | None
+    size: int
+    cases: int
+    last_used: float
+    fault: str = ""
+
+
+def folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def entries(cache_dir: Path) -> list[EntryInfo]:
+    """Every entry folder in the cache, readable or not, least recently used first."""
+    found = []
+    if cache_dir.is_dir():
+        for folder in sorted(p for p in cache_dir.iterdir() if p.is_dir()):
+            try:
+                entry: Entry | None = Entry.from_directory(folder)
+                fault = ""
+            except CacheError as exc:
+                entry, fault = None, str(exc)
+            used = entry.last_used() if entry else folder.stat().st_mtime
+            cases = len(entry.stored_cases()) if entry else 0
+            found.append(EntryInfo(folder, entry, folder_size(folder), cases, used, fault))
+    return sorted(found, key=lambda info: info.last_used)
+
+
+def list_lines(cache_dir: Path) -> list[str]:
+    """A table of the entries: reference, key, cases, size, last used, what sets it apart."""
+    infos = entries(cache_dir)
+    if not infos:
+        return [f"no cache entries in {cache_dir}"]
+    varying = _varying_parts([i.entry.parts for i in infos if i.entry])
+    lines = [f"{'reference':12}  {'key':16}  {'cases':>5}  {'size':>9}  {'last used':16}  "
+             "distinguished by"]
+    for info in infos:
+        reference = short(info.entry.parts.get("reference", "?")) if info.entry else "?"
+        key = info.directory.name[:16]
+        apart = ("; ".join(f"{p}={info.entry.parts.get(p, '')}" for p in varying)
+                 if info.entry else f"UNREADABLE: {info.fault}")
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.last_used))
+        lines.append(f"{reference:12}  {key:16}  {info.cases:>5}  {human_size(info.size):>9}  "
+                     f"{used:16}  {apart or '-'}")
+    return lines
+
+
+def _varying_parts(all_parts: list[dict[str, str]]) -> list[str]:
+    names = list(dict.fromkeys(name for parts in all_parts for name in parts))
+    return [n for n in names
+            if n != "reference" and len({parts.get(n) for parts in all_parts}) > 1]
+
+
+def verify(cache_dir: Path) -> list[str]:
+    """Every fault in the cache, as messages; empty when everything reads back exactly."""
+    faults = []
+    for info in entries(cache_dir):
+        if info.entry is None:
+            faults.append(info.fault)
+        else:
+            faults += info.entry.faults()
+    return faults
+
+
+def prune(cache_dir: Path, max_size: int | None, older_than: float | None,
+          now: float | None = None) -> list[EntryInfo]:
+    """Remove entries unused for `older_than` seconds, then least recently used ones
+    until the cache holds at most `max_size` bytes; returns what was removed."""
+    now = time.time() if now is None else now
+    infos = entries(cache_dir)
+    total = sum(i.size for i in infos)
+    removed = []
+    for info in infos:
+        too_old = older_than is not None and now - info.last_used > older_than
+        too_big = max_size is not None and total > max_size
+        if too_old or too_big:
+            remove_entry(info.directory)
+            total -= info.size
+            removed.append(info)
+    return removed
+
+
+def clear(cache_dir: Path) -> list[EntryInfo]:
+    """Remove every entry."""
+    infos = entries(cache_dir)
+    for info in infos:
+        remove_entry(info.directory)
+    return infos
+
+
+def remove_entry(directory: Path) -> None:
+    """Delete one entry folder while holding its lock, so no generation is cut short."""
+    from filelock import FileLock
+
+    with FileLock(str(directory.parent / f"{directory.name}.lock")):
+        marker = directory / ENTRY_FILE
+        marker.unlink(missing_ok=True)  # first: a half-deleted entry is never read as valid
+        shutil.rmtree(directory, ignore_errors=True)
+    (directory.parent / f"{directory.name}.lock").unlink(missing_ok=True)
+
+
+def parse_size(text: str) -> int:
+    """'500M', '2G', '1024' -> bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
+    if not match:
+        raise RegressionError(f"--max-size {text!r} is not a size; write e.g. 500M, 2G or 1024")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+
+
+def parse_age(text: str) -> float:
+    """'30d', '12h', '90m', '2w' -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
+    if not match:
+        raise RegressionError(f"--older-than {text!r} is not an age; write e.g. 30d, 12h or 2w")
+    return float(match.group(1)) * _AGE_UNITS[match.group(2)]
+
+
+def human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"

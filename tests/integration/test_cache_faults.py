@@ -1,0 +1,200 @@
+"""Faults injected into the cache: each ends in a pass or a clear stop, never a false result."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from helpers import Repo, make_subject_repo, output
+
+from regression.files import dump_verified, load_verified
+from regression.fingerprint import digest
+
+MANY_CASES = """\
+import pytest
+import torch
+
+
+@pytest.mark.parametrize("n", range(24))
+def test_big(n, regression):
+    regression.check({"x": torch.tanh(regression.randn(512, 256) * n), "n": n}, name="out")
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Repo, Path]:
+    """A subject repository with its reference recorded once; tests copy the cache."""
+    root = tmp_path_factory.mktemp("faults")
+    repo = make_subject_repo(root / "repo", root / "pristine")
+    done = repo.invoke("gen")
+    assert done.returncode == 0, output(done)
+    return repo, root / "pristine"
+
+
+@pytest.fixture
+def repo(recorded: tuple[Repo, Path], tmp_path: Path) -> Repo:
+    template, pristine = recorded
+    shutil.copytree(pristine, tmp_path / "cache")
+    return Repo(template.path, tmp_path / "cache")
+
+
+def _entry(repo: Repo) -> Path:
+    (entry,) = [p for p in repo.cache.iterdir() if p.is_dir()]
+    return entry
+
+
+def _case_json(repo: Repo) -> Path:
+    return sorted((_entry(repo) / "cases").glob("*.json"))[0]
+
+
+def _tensor_file(repo: Repo) -> Path:
+    return sorted((_entry(repo) / "cases").glob("*.safetensors"))[0]
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
+FILES: dict[str, Callable[[Repo], Path]] = {
+    "entry": lambda repo: _entry(repo) / "entry.json",
+    "case": _case_json,
+    "tensors": _tensor_file,
+}
+FAULTS: dict[str, Callable[[Path], None]] = {"flipped byte": _flip, "truncation": _truncate}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("kind", FILES)
+def test_damaged_file_stops_no_gen_and_is_rerecorded(repo: Repo, kind: str, fault: str) -> None:
+    damaged = FILES[kind](repo)
+    FAULTS[fault](damaged)
+    stopped = repo.invoke("test", "--no-gen")
+    assert stopped.returncode == 2, output(stopped)
+    assert "invoke gen" in stopped.stderr
+    assert damaged.name in stopped.stderr or "entry" in stopped.stderr
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "warning:" in done.stdout
+    assert "1 identical, 0 changed" in done.stdout
+    assert repo.invoke("cache.verify").returncode == 0
+
+
+def test_plain_pytest_never_compares_a_corrupt_reference(repo: Repo) -> None:
+    _flip(_tensor_file(repo))
+    done = repo.pytest("tests")
+    assert done.returncode == 1
+    assert "cannot be trusted" in output(done)
+    assert "0 identical, 0 changed, 0 not in reference, 1 error" in output(done)
+
+
+def test_cache_verify_reports_each_fault(repo: Repo) -> None:
+    assert repo.invoke("cache.verify").returncode == 0
+    _flip(_tensor_file(repo))
+    done = repo.invoke("cache.verify")
+    assert done.returncode == 1
+    assert "FAULT" in done.stdout and _tensor_file(repo).name in done.stdout
+
+
+def test_foreign_entry_is_discarded_and_rerecorded(repo: Repo) -> None:
+    entry = _entry(repo)
+    body = load_verified(entry / "entry.json")
+    body["parts"]["cpu"] = "AVX512; GenuineIntel; another machine"
+    (entry / "entry.json").write_bytes(dump_verified(body))
+    stopped = repo.invoke("test", "--no-gen")
+    assert stopped.returncode == 2
+    assert "belongs to another environment" in stopped.stderr
+    assert "cpu: recorded 'AVX512; GenuineIntel; another machine'" in stopped.stderr
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "discarding the cache entry" in done.stdout
+
+
+class Payload:
+    """Pickled, it would create a file: proof of code execution."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Path.touch, (self.marker,))
+
+
+def test_crafted_pickle_with_valid_hashes_is_never_unpickled(repo: Repo, tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    case = _case_json(repo)
+    body = load_verified(case)
+    crafted = pickle.dumps(Payload(marker))
+    (case.parent / body["tensors"]["file"]).write_bytes(crafted)
+    body["tensors"]["digest"] = digest(crafted)
+    case.write_bytes(dump_verified(body))
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "not a valid safetensors file" in done.stdout
+    assert not marker.exists()
+
+
+def test_stale_lock_of_a_killed_process_does_not_block(repo: Repo) -> None:
+    (lock,) = repo.cache.glob("*.lock")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, filelock; filelock.FileLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); time.sleep(600)"), str(lock)], stdout=subprocess.PIPE,
+        text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    done = repo.invoke("gen", "--force")
+    assert done.returncode == 0, output(done)
+    assert "recording 1 of 1" in done.stdout
+
+
+def test_four_concurrent_gens_of_one_key_record_once(repo: Repo) -> None:
+    shutil.rmtree(repo.cache)
+    runs = [subprocess.Popen([sys.executable, "-m", "invoke", "gen"], cwd=repo.path,
+                             env=repo.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True) for _ in range(4)]
+    texts = [run.communicate(timeout=600)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0, 0], texts
+    assert sum("recording 1 of 1" in text for text in texts) == 1, texts
+    assert sum("nothing generated" in text for text in texts) == 3, texts
+    assert repo.invoke("cache.verify").returncode == 0
+    assert repo.invoke("test", "--no-gen").returncode == 0
+
+
+@pytest.fixture(scope="module")
+def big_repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
+    root = tmp_path_factory.mktemp("kill")
+    repo = make_subject_repo(root / "repo", root / "unused")
+    repo.write("tests/test_many.py", MANY_CASES)
+    repo.commit("many cases")
+    repo.git("tag", "-f", "-a", "v1", "-m", "many")
+    return repo
+
+
+@pytest.mark.parametrize("delay", [1.0, 3.0, 5.0, 7.0, 9.0])
+def test_sigkill_during_gen_leaves_nothing_read_as_valid(big_repo: Repo, tmp_path: Path,
+                                                          delay: float) -> None:
+    repo = Repo(big_repo.path, tmp_path / "cache")
+    gen = subprocess.Popen([sys.executable, "-m", "invoke", "gen"], cwd=repo.path,
+                           env=repo.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    time.sleep(delay)
+    os.killpg(gen.pid, signal.SIGKILL)
+    gen.wait()
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "25 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
+    assert len(repo.git("worktree", "list").splitlines()) == 1  # the killed run's was pruned

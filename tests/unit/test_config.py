@@ -1,0 +1,328 @@
+"""Tests of regression.config: loading, defaults, validation errors and find_config."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from regression.config import (
+    CACHE_DIR_ENV,
+    DEFAULT_CACHE_DIR,
+    Determinism,
+    find_config,
+    load_settings,
+)
+from regression.errors import ConfigError
+
+FULL = """\
+reference: v1.0
+references:
+  stable: release-2
+  old: "0123abc"
+subject:
+  packages: [zoo, zoo_extra]
+  path: src
+tests: [tests/regression, tests/more]
+harness: ["data/*.json"]
+determinism:
+  seed: 7
+  threads: 4
+  deterministic_algorithms: false
+device: cuda
+fingerprint:
+  packages: [numpy]
+cache_dir: .my-cache
+"""
+
+MINIMAL = """\
+reference: HEAD
+subject:
+  packages: [zoo]
+"""
+
+
+def write(folder: Path, text: str) -> Path:
+    path = folder / "config.yaml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def config_error(folder: Path, text: str) -> ConfigError:
+    path = write(folder, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    return info.value
+
+
+def test_full_config_is_read_into_settings(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, FULL))
+    assert settings.path == (tmp_path / "config.yaml").resolve()
+    assert settings.root == tmp_path.resolve()
+    assert settings.reference == "v1.0"
+    assert dict(settings.references) == {"stable": "release-2", "old": "0123abc"}
+    assert settings.subject_packages == ("zoo", "zoo_extra")
+    assert settings.subject_path == "src"
+    assert settings.tests == ("tests/regression", "tests/more")
+    assert settings.harness == ("data/*.json",)
+    assert settings.determinism == Determinism(seed=7, threads=4, deterministic_algorithms=False)
+    assert settings.device == "cuda"
+    assert settings.fingerprint_packages == ("numpy",)
+    assert settings.cache_dir_setting == ".my-cache"
+
+
+def test_minimal_config_gets_every_default(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, MINIMAL))
+    assert settings.references == {}
+    assert settings.subject_path == "."
+    assert settings.tests == ("tests",)
+    assert settings.harness == ()
+    assert settings.determinism == Determinism(seed=0, threads=1, deterministic_algorithms=True)
+    assert settings.device == "cpu"
+    assert settings.fingerprint_packages == ()
+    assert settings.cache_dir_setting == DEFAULT_CACHE_DIR
+
+
+def test_single_strings_are_accepted_for_lists(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "reference: main\nsubject: {packages: zoo}\n"
+                                             "tests: checks\n"))
+    assert settings.subject_packages == ("zoo",)
+    assert settings.tests == ("checks",)
+
+
+def test_reference_is_stripped(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, 'reference: "  main "\nsubject: {packages: [zoo]}\n'))
+    assert settings.reference == "main"
+
+
+def test_sha_with_exponent_letters_stays_a_string(tmp_path: Path) -> None:
+    # PyYAML (YAML 1.1) needs a dot for a float, so 1234e5 is read as the string "1234e5".
+    settings = load_settings(write(tmp_path, "reference: 1234e5\nsubject: {packages: [zoo]}\n"))
+    assert settings.reference == "1234e5"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("subject: {packages: [zoo]}\n", "reference"),
+        ("reference: ''\nsubject: {packages: [zoo]}\n", "reference"),
+        ("reference: HEAD\n", "subject"),
+        ("reference: HEAD\nsubject: {path: .}\n", "subject.packages"),
+        ("reference: HEAD\nsubject: {packages: []}\n", "subject.packages"),
+        ("reference: HEAD\nsubject: {packages: [zoo-models]}\n", "subject.packages"),
+        ("reference: HEAD\nsubject: {packages: [3]}\n", "subject.packages"),
+        ("reference: HEAD\nsubject: [zoo]\n", "subject"),
+    ],
+    ids=["no-reference", "empty-reference", "no-subject", "no-packages", "empty-packages",
+         "dash-in-package", "number-package", "subject-not-mapping"],
+)
+def test_missing_or_bad_required_setting_names_key_and_file(
+        tmp_path: Path, text: str, key: str) -> None:
+    error = config_error(tmp_path, text)
+    assert error.key == key
+    assert f"{(tmp_path / 'config.yaml').resolve()}: {key}: " in str(error)
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("colour: blue\n", "colour"),
+        ("determinism: {seeds: 3}\n", "determinism.seeds"),
+        ("fingerprint: {package: [numpy]}\n", "fingerprint.package"),
+        ("subject: {packages: [zoo], paths: [src]}\n", "subject.paths"),
+    ],
+)
+def test_unknown_setting_names_key_and_file(tmp_path: Path, extra: str, key: str) -> None:
+    base = "reference: HEAD\n" + ("" if extra.startswith("subject") else
+                                  "subject: {packages: [zoo]}\n")
+    error = config_error(tmp_path, base + extra)
+    assert error.key == key
+    assert "unknown setting" in str(error)
+    assert str((tmp_path / "config.yaml").resolve()) in str(error)
+
+
+@pytest.mark.parametrize(
+    ("setting", "key", "words"),
+    [
+        ("determinism: {threads: two}", "determinism.threads", "must be an integer"),
+        ("determinism: {threads: 0}", "determinism.threads", "at least 1"),
+        ("determinism: {threads: true}", "determinism.threads", "must be an integer"),
+        ("determinism: {seed: -1}", "determinism.seed", "at least 0"),
+        ("determinism: {seed: 1.5}", "determinism.seed", "must be an integer"),
+        ("determinism: {deterministic_algorithms: 'yes'}",
+         "determinism.deterministic_algorithms", "true or false"),
+        ("determinism: [1]", "determinism", "a mapping"),
+        ("tests: 5", "tests", "list of paths"),
+        ("tests: [ok, 5]", "tests", "list of paths"),
+        ("harness: {a: b}", "harness", "list of paths"),
+        ("device: tpu", "device", "one of cpu, cuda"),
+        ("device: 1", "device", "a string"),
+        ("cache_dir: [a]", "cache_dir", "a string"),
+        ("references: [a]", "references", "a mapping"),
+        ("fingerprint: {packages: {a: 1}}", "fingerprint.packages", "list of names"),
+    ],
+)
+def test_wrong_type_or_value_names_key_and_file(
+        tmp_path: Path, setting: str, key: str, words: str) -> None:
+    error = config_error(tmp_path, MINIMAL + setting + "\n")
+    assert error.key == key
+    assert words in str(error)
+    assert str((tmp_path / "config.yaml").resolve()) in str(error)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("reference: 1234567\nsubject: {packages: [zoo]}\n", "reference"),
+        ("reference: 0123\nsubject: {packages: [zoo]}\n", "reference"),
+        ("reference: 1.5\nsubject: {packages: [zoo]}\n", "reference"),
+        ("reference: HEAD\nreferences: {stable: 1234567}\nsubject: {packages: [zoo]}\n",
+         "references.stable"),
+    ],
+    ids=["digits", "octal", "float", "named"],
+)
+def test_revision_read_as_number_asks_for_quotes(tmp_path: Path, text: str, key: str) -> None:
+    error = config_error(tmp_path, text)
+    assert error.key == key
+    assert "quote it" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("tests: [/abs/tests]", "tests"),
+        ("tests: [tests/../../outside]", "tests"),
+        ("tests: ..", "tests"),
+        ("harness: [../conftest.py]", "harness"),
+    ],
+)
+def test_paths_must_stay_inside_the_project(tmp_path: Path, setting: str, key: str) -> None:
+    error = config_error(tmp_path, MINIMAL + setting + "\n")
+    assert error.key == key
+    assert "must be relative" in str(error)
+
+
+@pytest.mark.parametrize("path", ["/abs/src", "../src", "src/../../x"])
+def test_subject_path_must_stay_inside_the_project(tmp_path: Path, path: str) -> None:
+    error = config_error(tmp_path, f"reference: HEAD\nsubject: {{packages: [zoo], path: '{path}'}}\n")
+    assert error.key == "subject.path"
+    assert "must be relative" in str(error)
+
+
+def test_subject_path_must_be_a_string(tmp_path: Path) -> None:
+    error = config_error(tmp_path, "reference: HEAD\nsubject: {packages: [zoo], path: [a]}\n")
+    assert error.key == "subject.path"
+
+
+def test_invalid_yaml_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "reference: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML") as info:
+        load_settings(path)
+    assert info.value.path == str(path)
+    assert info.value.key is None
+
+
+@pytest.mark.parametrize("text", ["- reference\n- HEAD\n", "just a string\n", "42\n"])
+def test_top_level_that_is_not_a_mapping_is_rejected(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match="mapping of settings at the top level") as info:
+        load_settings(path)
+    assert info.value.path == str(path)
+
+
+def test_empty_file_reports_a_missing_required_setting(tmp_path: Path) -> None:
+    error = config_error(tmp_path, "")
+    assert error.key in ("reference", "subject")
+    assert "missing; this setting is required" in str(error)
+
+
+def test_missing_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "config.yaml"
+    with pytest.raises(ConfigError, match="file not found") as info:
+        load_settings(path)
+    assert info.value.path == str(path)
+
+
+def test_config_that_is_not_utf8_gives_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"reference: caf\xe9\nsubject: {packages: [zoo]}\n")
+    with pytest.raises(ConfigError):
+        load_settings(path)
+
+
+def test_config_path_that_is_a_folder_gives_config_error(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").mkdir()
+    with pytest.raises(ConfigError):
+        load_settings(tmp_path / "config.yaml")
+
+
+def test_revision_for_resolves_names_revisions_and_default(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, FULL))
+    assert settings.revision_for("stable") == "release-2"
+    assert settings.revision_for("abc1234") == "abc1234"
+    assert settings.revision_for(None) == "v1.0"
+
+
+def test_cache_dir_comes_from_config_without_the_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    settings = load_settings(write(tmp_path, FULL))
+    assert settings.cache_dir == (tmp_path / ".my-cache").resolve()
+
+
+def test_cache_dir_default_is_under_the_root(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    settings = load_settings(write(tmp_path, MINIMAL))
+    assert settings.cache_dir == (tmp_path / DEFAULT_CACHE_DIR).resolve()
+
+
+def test_cache_dir_variable_overrides_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings(write(tmp_path, FULL))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "elsewhere"))
+    assert settings.cache_dir == (tmp_path / "elsewhere").resolve()
+    monkeypatch.setenv(CACHE_DIR_ENV, "relative-cache")
+    assert settings.cache_dir == (tmp_path / "relative-cache").resolve()
+
+
+def test_find_config_walks_up_from_a_subfolder(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL)
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    assert find_config(deep) == path.resolve()
+
+
+def test_find_config_prefers_the_nearest(tmp_path: Path) -> None:
+    write(tmp_path, MINIMAL)
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    nearest = write(inner, MINIMAL)
+    assert find_config(inner) == nearest.resolve()
+
+
+def test_find_config_ignores_a_folder_named_config_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL)
+    inner = tmp_path / "inner"
+    (inner / "config.yaml").mkdir(parents=True)
+    assert find_config(inner) == path.resolve()
+
+
+def test_find_config_fails_when_there_is_none(tmp_path: Path) -> None:
+    start = tmp_path / "a" / "b"
+    start.mkdir(parents=True)
+    if any((folder / "config.yaml").is_file() for folder in start.resolve().parents):
+        pytest.skip("a config.yaml exists above the temporary folder")
+    with pytest.raises(ConfigError, match="no config.yaml here") as info:
+        find_config(start)
+    assert info.value.path == str(start.resolve() / "config.yaml")
+
+
+def test_dotted_subject_package_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("reference: HEAD\nsubject:\n  packages: [pkg.sub]\n")
+    with pytest.raises(ConfigError) as error:
+        load_settings(path)
+    assert "subject.packages" in str(error.value)
+    assert "top-level package" in str(error.value)

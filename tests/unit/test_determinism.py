@@ -1,0 +1,111 @@
+"""Tests of regression.determinism: per-case seeds and the global settings applied."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from regression.config import Determinism
+from regression.determinism import CUBLAS_WORKSPACE, apply, case_seed, prepare_process
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_state() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+             torch.backends.cudnn.allow_tf32)
+    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
+    rng = torch.get_rng_state()
+    python_rng = random.getstate()
+    yield
+    random.setstate(python_rng)
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic)
+    (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+     torch.backends.cudnn.allow_tf32) = cudnn
+    torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+    torch.set_rng_state(rng)
+
+
+def test_case_seed_is_stable_across_processes_and_versions() -> None:
+    # Pinned: a change here changes the inputs of every recorded case.
+    assert case_seed(0, "t.py::a") == 2819275836087815113
+    assert case_seed(7, "tests/test_zoo.py::test_forward[mlp-tiny]") == 4917239416361623878
+
+
+def test_case_seed_differs_by_nodeid_and_by_seed() -> None:
+    seeds = {case_seed(0, "t.py::a"), case_seed(0, "t.py::b"), case_seed(1, "t.py::a")}
+    assert len(seeds) == 3
+
+
+def test_case_seed_does_not_confuse_seed_and_nodeid_boundaries() -> None:
+    assert case_seed(1, "1t.py::a") != case_seed(11, "t.py::a")
+
+
+def test_case_seed_fits_a_torch_generator() -> None:
+    seed = case_seed(123, "t.py::a[param]")
+    assert 0 <= seed < 2**63
+    torch.Generator().manual_seed(seed)
+
+
+def test_apply_makes_global_generators_reproducible() -> None:
+    settings = Determinism(seed=11, threads=torch.get_num_threads())
+    apply(settings)
+    first = (torch.randn(5), random.random())
+    torch.randn(100)
+    random.random()
+    apply(settings)
+    second = (torch.randn(5), random.random())
+    assert torch.equal(first[0], second[0])
+    assert first[1] == second[1]
+
+
+def test_apply_uses_the_seed() -> None:
+    apply(Determinism(seed=1, threads=torch.get_num_threads()))
+    one = torch.randn(5)
+    apply(Determinism(seed=2, threads=torch.get_num_threads()))
+    assert not torch.equal(one, torch.randn(5))
+
+
+def test_apply_sets_the_thread_count() -> None:
+    wanted = 2 if torch.get_num_threads() != 2 else 1
+    apply(Determinism(threads=wanted))
+    assert torch.get_num_threads() == wanted
+
+
+def test_apply_sets_algorithm_choices() -> None:
+    apply(Determinism(threads=torch.get_num_threads(), deterministic_algorithms=True))
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.backends.cudnn.deterministic is True
+    assert torch.backends.cudnn.benchmark is False
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    apply(Determinism(threads=torch.get_num_threads(), deterministic_algorithms=False))
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_apply_seeds_numpy_when_it_is_imported() -> None:
+    numpy = pytest.importorskip("numpy")
+    apply(Determinism(seed=3, threads=torch.get_num_threads()))
+    first = numpy.random.rand()
+    apply(Determinism(seed=3, threads=torch.get_num_threads()))
+    assert numpy.random.rand() == first
+
+
+def test_prepare_process_sets_cublas_workspace_only_for_cuda(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    prepare_process("cpu")
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    prepare_process("cuda")
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE
+
+
+def test_prepare_process_keeps_a_user_cublas_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    prepare_process("cuda")
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"

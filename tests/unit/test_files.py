@@ -1,0 +1,119 @@
+"""Tests of regression.files: atomic writes and self-verifying files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from regression.errors import StoreError
+from regression.files import dump_verified, load_verified, read_checked, write_atomic
+from regression.fingerprint import digest
+
+
+def test_verified_body_round_trips(tmp_path: Path) -> None:
+    body = {"format": 1, "nested": {"list": [1, "two", None, 3.5]}, "text": "ünï"}
+    write_atomic(tmp_path / "case.json", dump_verified(body))
+    assert load_verified(tmp_path / "case.json") == body
+
+
+def test_verified_file_starts_with_the_hash_of_its_json() -> None:
+    data = dump_verified({"a": 1})
+    header, _, content = data.partition(b"\n")
+    assert header == b"torch-regression " + digest(content).encode()
+
+
+def flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:]
+
+
+@pytest.mark.parametrize("where", ["header", "body", "last"])
+def test_flipped_byte_in_verified_file_is_detected(tmp_path: Path, where: str) -> None:
+    data = dump_verified({"a": 1, "b": "text"})
+    at = {"header": 20, "body": data.index(b"\n") + 3, "last": len(data) - 1}[where]
+    (tmp_path / "case.json").write_bytes(flip(data, at))
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        load_verified(tmp_path / "case.json")
+
+
+@pytest.mark.parametrize("keep", [0, 10, -1])
+def test_truncated_verified_file_is_detected(tmp_path: Path, keep: int) -> None:
+    data = dump_verified({"a": 1, "b": "text"})
+    (tmp_path / "case.json").write_bytes(data[:keep])
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        load_verified(tmp_path / "case.json")
+
+
+def test_verified_json_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
+    content = b"[1, 2]"
+    (tmp_path / "case.json").write_bytes(b"torch-regression " + digest(content).encode()
+                                         + b"\n" + content)
+    with pytest.raises(StoreError, match="does not hold a JSON object"):
+        load_verified(tmp_path / "case.json")
+
+
+def test_verified_file_with_matching_hash_but_bad_json_is_refused(tmp_path: Path) -> None:
+    content = b"{not json"
+    (tmp_path / "case.json").write_bytes(b"torch-regression " + digest(content).encode()
+                                         + b"\n" + content)
+    with pytest.raises(StoreError, match="not valid JSON"):
+        load_verified(tmp_path / "case.json")
+
+
+def test_missing_verified_file_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="is missing"):
+        load_verified(tmp_path / "absent.json")
+
+
+def test_read_checked_returns_bytes_with_the_expected_digest(tmp_path: Path) -> None:
+    (tmp_path / "data.bin").write_bytes(b"payload")
+    assert read_checked(tmp_path / "data.bin", digest(b"payload")) == b"payload"
+
+
+@pytest.mark.parametrize("stored", [b"payloaD", b"payloa", b"payload!"],
+                         ids=["flipped", "truncated", "extended"])
+def test_read_checked_refuses_other_bytes(tmp_path: Path, stored: bytes) -> None:
+    (tmp_path / "data.bin").write_bytes(stored)
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        read_checked(tmp_path / "data.bin", digest(b"payload"))
+
+
+def test_read_checked_of_a_missing_file_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="is missing"):
+        read_checked(tmp_path / "absent.bin", digest(b""))
+
+
+def test_unreadable_path_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(StoreError, match="cannot be read"):
+        load_verified(tmp_path / "folder")
+
+
+def test_write_atomic_creates_folders_and_leaves_no_temporary_files(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "file.bin"
+    write_atomic(path, b"first")
+    assert path.read_bytes() == b"first"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["file.bin"]
+
+
+def test_write_atomic_replaces_existing_content(tmp_path: Path) -> None:
+    path = tmp_path / "file.bin"
+    write_atomic(path, b"a much longer first content")
+    write_atomic(path, b"short")
+    assert path.read_bytes() == b"short"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
+
+
+def test_write_atomic_removes_its_temporary_file_on_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "file.bin"
+    write_atomic(path, b"old")
+
+    def fail(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("regression.files.os.replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, b"new")
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]

@@ -1,0 +1,207 @@
+"""Tests of regression.fingerprint: the environment parts, the key and file digests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from regression.config import Determinism, Settings
+from regression.fingerprint import (
+    KERNEL_VARIABLES,
+    _math_libraries,
+    differing_parts,
+    environment_parts,
+    files_digest,
+    key_of,
+)
+
+PART_NAMES = ["format", "reference", "python", "torch", "packages", "platform", "cpu",
+              "math libraries", "kernel variables", "threads", "device", "determinism"]
+
+ONEAPI_CONFIG = """\
+PyTorch built with:
+  - GCC 13.3
+  - Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build 20240605 for Intel(R) 64
+  - Intel(R) MKL-DNN v3.12.0 (Git Hash 80afa71049cd69a3df32adcccb623b12cd7baa22)
+  - OpenMP 201511 (a.k.a. OpenMP 4.5)
+  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release, LAPACK_INFO=mkl, USE_MKL=ON,
+"""
+
+OPENBLAS_CONFIG = """\
+PyTorch built with:
+  - GCC 11.2
+  - OpenBLAS 0.3.27
+  - oneDNN v3.5.3 (Git Hash 66f0cb9eb66affd2da3bf5f8d897376f04aae6af)
+  - Build settings: BLAS_INFO=open, LAPACK_INFO=open, USE_MKL=OFF,
+"""
+
+
+def settings(tmp_path: Path, **changes: object) -> Settings:
+    values: dict[str, object] = {"path": tmp_path / "config.yaml", "reference": "HEAD",
+                                 "subject_packages": ("zoo",)}
+    values.update(changes)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def clean_kernel_variables(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in KERNEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_environment_parts_has_every_expected_part(tmp_path: Path) -> None:
+    parts = environment_parts(settings(tmp_path), "a" * 40)
+    assert list(parts) == PART_NAMES
+    assert all(isinstance(value, str) and value for value in parts.values())
+
+
+def test_environment_parts_reflect_the_settings(tmp_path: Path) -> None:
+    chosen = settings(tmp_path, determinism=Determinism(seed=5, threads=3,
+                                                        deterministic_algorithms=False))
+    parts = environment_parts(chosen, "f" * 40)
+    assert parts["reference"] == "f" * 40
+    assert parts["threads"] == "3"
+    assert parts["device"] == "cpu"
+    assert parts["determinism"] == "seed=5 deterministic_algorithms=False tf32=off"
+
+
+def test_packages_part_lists_versions_and_missing_packages(tmp_path: Path) -> None:
+    parts = environment_parts(settings(tmp_path, fingerprint_packages=(
+        "pytest", "no_such_package_xyz")), "a")
+    from importlib.metadata import version
+
+    assert parts["packages"] == f"pytest {version('pytest')}; no_such_package_xyz <not installed>"
+    assert environment_parts(settings(tmp_path), "a")["packages"] == "none"
+
+
+def test_environment_parts_are_stable(tmp_path: Path) -> None:
+    assert environment_parts(settings(tmp_path), "a") == environment_parts(settings(tmp_path), "a")
+
+
+@pytest.mark.parametrize("variable", ["ATEN_CPU_CAPABILITY", "MKL_CBWR"])
+def test_kernel_variable_changes_the_kernel_variables_part(
+        tmp_path: Path, clean_kernel_variables: pytest.MonkeyPatch, variable: str) -> None:
+    before = environment_parts(settings(tmp_path), "a")
+    clean_kernel_variables.setenv(variable, "AVX2")
+    after = environment_parts(settings(tmp_path), "a")
+    assert before["kernel variables"] == "none"
+    assert after["kernel variables"] == f"{variable}=AVX2"
+    assert differing_parts(before, after) == [
+        f"kernel variables: recorded 'none', now '{variable}=AVX2'"]
+
+
+def test_unrelated_variable_does_not_change_the_parts(
+        tmp_path: Path, clean_kernel_variables: pytest.MonkeyPatch) -> None:
+    before = environment_parts(settings(tmp_path), "a")
+    clean_kernel_variables.setenv("SOME_UNRELATED_VARIABLE", "1")
+    assert environment_parts(settings(tmp_path), "a") == before
+
+
+def test_kernel_variables_are_listed_in_a_fixed_order(
+        tmp_path: Path, clean_kernel_variables: pytest.MonkeyPatch) -> None:
+    clean_kernel_variables.setenv("MKL_CBWR", "COMPATIBLE")
+    clean_kernel_variables.setenv("ATEN_CPU_CAPABILITY", "default")
+    parts = environment_parts(settings(tmp_path), "a")
+    assert parts["kernel variables"] == "ATEN_CPU_CAPABILITY=default; MKL_CBWR=COMPATIBLE"
+
+
+BASE = {name: f"value of {name}" for name in PART_NAMES}
+
+
+@pytest.mark.parametrize("name", PART_NAMES)
+def test_key_changes_when_any_single_part_changes(name: str) -> None:
+    assert key_of({**BASE, name: BASE[name] + "!"}) != key_of(BASE)
+
+
+@pytest.mark.parametrize("name", PART_NAMES)
+def test_differing_parts_names_exactly_the_changed_part(name: str) -> None:
+    changed = {**BASE, name: "new"}
+    assert differing_parts(BASE, changed) == [
+        f"{name}: recorded {BASE[name]!r}, now 'new'"]
+
+
+def test_key_ignores_the_order_of_parts() -> None:
+    assert key_of(dict(reversed(BASE.items()))) == key_of(BASE)
+
+
+def test_key_is_a_hex_digest() -> None:
+    key = key_of(BASE)
+    assert len(key) == 32
+    int(key, 16)
+
+
+def test_differing_parts_reports_absent_parts_on_both_sides() -> None:
+    lines = differing_parts({"old": "1", "same": "x"}, {"same": "x", "new": "2"})
+    assert lines == ["new: recorded '<absent>', now '2'", "old: recorded '1', now '<absent>'"]
+
+
+def test_differing_parts_of_equal_mappings_is_empty() -> None:
+    assert differing_parts(BASE, dict(BASE)) == []
+
+
+def make_files(root: Path) -> list[Path]:
+    (root / "sub").mkdir(parents=True, exist_ok=True)
+    files = [root / "test_a.py", root / "sub" / "conftest.py"]
+    files[0].write_text("def test(): pass\n")
+    files[1].write_text("import pytest\n")
+    return files
+
+
+def test_files_digest_is_stable_and_ignores_order_and_duplicates(tmp_path: Path) -> None:
+    files = make_files(tmp_path)
+    assert files_digest(tmp_path, files) == files_digest(tmp_path, [*reversed(files), files[0]])
+
+
+def test_files_digest_changes_with_content(tmp_path: Path) -> None:
+    files = make_files(tmp_path)
+    before = files_digest(tmp_path, files)
+    files[1].write_text("import pytest  \n")
+    assert files_digest(tmp_path, files) != before
+
+
+def test_files_digest_changes_with_file_name(tmp_path: Path) -> None:
+    files = make_files(tmp_path)
+    before = files_digest(tmp_path, files)
+    renamed = files[0].rename(tmp_path / "test_b.py")
+    assert files_digest(tmp_path, [renamed, files[1]]) != before
+
+
+def test_files_digest_does_not_depend_on_where_the_root_is(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert files_digest(one, make_files(one)) == files_digest(two, make_files(two))
+
+
+def test_files_digest_separates_name_from_content(tmp_path: Path) -> None:
+    (tmp_path / "ab").write_text("c")
+    (tmp_path / "a").write_text("bc")
+    assert files_digest(tmp_path, [tmp_path / "ab"]) != files_digest(tmp_path, [tmp_path / "a"])
+
+
+def test_files_digest_marks_missing_files(tmp_path: Path) -> None:
+    files = make_files(tmp_path)
+    with_missing = files_digest(tmp_path, [*files, tmp_path / "gone.py"])
+    assert with_missing != files_digest(tmp_path, files)
+    (tmp_path / "gone.py").write_text("")
+    assert files_digest(tmp_path, [*files, tmp_path / "gone.py"]) != with_missing
+
+
+def test_math_libraries_of_an_mkl_build() -> None:
+    text = _math_libraries(ONEAPI_CONFIG)
+    assert text.startswith("BLAS mkl; LAPACK mkl; MKL 2024.2")
+    assert text.endswith("; oneDNN v3.12.0")
+
+
+def test_math_libraries_of_an_openblas_build() -> None:
+    assert _math_libraries(OPENBLAS_CONFIG) == \
+        "BLAS open; LAPACK open; oneDNN v3.5.3; OpenBLAS 0.3.27"
+
+
+def test_math_libraries_change_with_the_onednn_version() -> None:
+    assert _math_libraries(ONEAPI_CONFIG) != \
+        _math_libraries(ONEAPI_CONFIG.replace("v3.12.0", "v3.12.1"))
+
+
+def test_math_libraries_of_an_unknown_build_is_none() -> None:
+    assert _math_libraries("PyTorch built with:\n  - GCC 9\n") == "none"

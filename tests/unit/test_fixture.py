@@ -1,0 +1,185 @@
+"""Tests of regression.fixture: the case's own inputs, check(), and both sinks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from regression.cache import ABSENT, CaseRecord, Output
+from regression.compare import compare
+from regression.errors import StoreError
+from regression.fixture import CheckSink, RecordSink, Regression, snapshot
+
+NODEID = "tests/test_model.py::test_forward"
+
+
+def make(nodeid: str = NODEID, seed: int = 0) -> tuple[Regression, RecordSink]:
+    sink = RecordSink()
+    return Regression(nodeid, seed, sink), sink
+
+
+def draws(case: Regression) -> list[torch.Tensor]:
+    return [case.randn(2, 3), case.rand(4), case.randint(0, 100, (5,)),
+            case.randn(2, dtype=torch.float64)]
+
+
+def test_inputs_are_reproducible_for_the_same_nodeid_and_seed() -> None:
+    first, second = draws(make()[0]), draws(make()[0])
+    assert compare(first, second) == []
+
+
+def test_inputs_differ_for_another_nodeid() -> None:
+    first, other = draws(make()[0]), draws(make(NODEID + "[x]")[0])
+    assert all(not torch.equal(a, b) for a, b in zip(first, other))
+
+
+def test_inputs_differ_for_another_seed() -> None:
+    assert not torch.equal(make(seed=0)[0].randn(8), make(seed=1)[0].randn(8))
+
+
+def test_inputs_do_not_depend_on_the_global_generator() -> None:
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(1)
+        first = draws(make()[0])
+        torch.manual_seed(2)
+        torch.randn(10)
+        second = draws(make()[0])
+    finally:
+        torch.set_rng_state(state)
+    assert compare(first, second) == []
+
+
+def test_inputs_do_not_advance_the_global_generator() -> None:
+    state = torch.get_rng_state()
+    draws(make()[0])
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_input_shapes_and_dtypes() -> None:
+    case = make()[0]
+    assert case.randn(2, 3).shape == (2, 3)
+    assert case.randn(5, dtype=torch.float16).dtype == torch.float16
+    ints = case.randint(3, 7, [1000], dtype=torch.int32)
+    assert ints.dtype == torch.int32
+    assert int(ints.min()) >= 3 and int(ints.max()) <= 6
+
+
+def test_size_may_be_one_sequence() -> None:
+    case = make()[0]
+    assert case.rand(torch.Size([4, 1])).shape == (4, 1)  # type: ignore[arg-type]
+    assert case.randn([5]).shape == (5,)  # type: ignore[arg-type]
+    assert compare(make()[0].randn((2, 3)), make()[0].randn(2, 3)) == []  # type: ignore[arg-type]
+
+
+def test_check_records_a_snapshot_that_later_edits_do_not_change() -> None:
+    case, sink = make()
+    value = torch.zeros(3)
+    inner = [value]
+    case.check({"t": value, "list": inner}, name="out")
+    value.add_(1)
+    inner.append(value)
+    assert len(sink.outputs) == 1
+    assert sink.outputs[0].name == "out"
+    assert compare({"t": torch.zeros(3), "list": [torch.zeros(3)]}, sink.outputs[0].value) == []
+
+
+def test_check_names_unnamed_outputs_by_position() -> None:
+    case, sink = make()
+    case.check(torch.ones(1))
+    case.check(2.0)
+    case.check("x", name="named")
+    assert [o.name for o in sink.outputs] == ["0", "1", "named"]
+
+
+def test_check_refuses_a_duplicate_name() -> None:
+    case, sink = make()
+    case.check(torch.ones(1), name="y")
+    with pytest.raises(ValueError, match="'y' is checked twice"):
+        case.check(torch.ones(1), name="y")
+    assert len(sink.outputs) == 1
+
+
+def test_check_refuses_an_unstorable_value() -> None:
+    case, sink = make()
+    with pytest.raises(StoreError, match=r"at \[1\]"):
+        case.check([1, {1, 2}], name="bad")
+    assert sink.outputs == []
+
+
+def test_snapshot_detaches_and_copies() -> None:
+    original = torch.ones(2, requires_grad=True)
+    copy = snapshot(original)
+    assert isinstance(copy, torch.Tensor)
+    assert not copy.requires_grad
+    assert copy.data_ptr() != original.data_ptr()
+
+
+def reference_record() -> CaseRecord:
+    return CaseRecord(NODEID, "h", outputs=(
+        Output("logits", torch.tensor([[1.0, 2.0], [3.0, 4.0]])),
+        Output("meta", {"n": 3}),
+    ))
+
+
+def check_case(record: CaseRecord | None = None) -> tuple[Regression, CheckSink]:
+    sink = CheckSink(record or reference_record(), "abc1234 (main)")
+    return Regression(NODEID, 0, sink), sink
+
+
+def test_check_sink_passes_identical_values() -> None:
+    case, sink = check_case()
+    case.check(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), name="logits")
+    case.check({"n": 3}, name="meta")
+    assert sink.in_reference
+    assert sink.differences == []
+    assert sink.unchecked() == []
+
+
+def test_check_sink_raises_naming_the_output_and_the_difference() -> None:
+    case, sink = check_case()
+    with pytest.raises(AssertionError) as info:
+        case.check(torch.tensor([[1.0, 2.0], [3.0, 4.5]]), name="logits")
+    message = str(info.value)
+    assert message.startswith(
+        "output 'logits' is not bit-identical to the reference abc1234 (main):\n")
+    assert "'logits': float32[2, 2]: 1 of 4 elements differ; max |diff| 0.5 at (1, 1)" in message
+    assert [d.path for d in sink.differences] == ["'logits'"]
+
+
+def test_check_sink_names_the_nested_location() -> None:
+    case, sink = check_case()
+    with pytest.raises(AssertionError, match=r"'meta'\['n'\]: 4, reference 3"):
+        case.check({"n": 4}, name="meta")
+
+
+def test_check_sink_raises_for_an_output_the_reference_lacks() -> None:
+    case, sink = check_case()
+    with pytest.raises(AssertionError, match=r"not in the reference \(it has: 'logits', 'meta'\)"):
+        case.check(torch.ones(1), name="extra")
+
+
+def test_check_sink_reports_unchecked_outputs() -> None:
+    case, sink = check_case()
+    case.check(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), name="logits")
+    assert sink.unchecked() == ["meta"]
+
+
+def test_absent_record_is_not_in_reference_and_never_raises() -> None:
+    record = CaseRecord(NODEID, "h", status=ABSENT, reason="failed at the reference")
+    case, sink = check_case(record)
+    case.check(torch.ones(3), name="anything")
+    case.check([1, 2])
+    assert sink.in_reference is False
+    assert sink.checked == ["anything", "1"]
+    assert sink.differences == []
+    assert sink.unchecked() == []
+
+
+def test_check_sink_compares_against_inputs_drawn_the_same_way() -> None:
+    recorder, recorded = make()
+    recorder.check(recorder.randn(4) * 2, name="y")
+    record = CaseRecord(NODEID, "h", outputs=tuple(recorded.outputs))
+    checker, sink = check_case(record)
+    checker.check(checker.randn(4) * 2, name="y")
+    assert sink.differences == []

@@ -1,0 +1,97 @@
+"""Tests of regression.harness: which files make up a case's harness, and their digest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from regression.harness import HarnessDigests, extra_harness_files, harness_files
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """outer/conftest.py above rootdir; rootdir with conftests at several depths."""
+    root = tmp_path / "outer" / "project"
+    (root / "tests" / "models").mkdir(parents=True)
+    (root / "tests" / "other").mkdir()
+    (tmp_path / "outer" / "conftest.py").write_text("# above rootdir\n")
+    (root / "conftest.py").write_text("# rootdir\n")
+    (root / "tests" / "conftest.py").write_text("# tests\n")
+    (root / "tests" / "models" / "test_net.py").write_text("def test(): pass\n")
+    (root / "tests" / "other" / "conftest.py").write_text("# sibling\n")
+    (root / "tests" / "other" / "test_x.py").write_text("def test(): pass\n")
+    return root
+
+
+def test_harness_is_the_test_file_and_conftests_up_to_rootdir(tree: Path) -> None:
+    files = harness_files(tree / "tests" / "models" / "test_net.py", tree)
+    assert files == [tree / "tests" / "models" / "test_net.py",
+                     tree / "tests" / "conftest.py",
+                     tree / "conftest.py"]
+
+
+def test_harness_excludes_conftests_above_rootdir_and_in_siblings(tree: Path) -> None:
+    files = harness_files(tree / "tests" / "models" / "test_net.py", tree)
+    assert tree.parent / "conftest.py" not in files
+    assert tree / "tests" / "other" / "conftest.py" not in files
+
+
+def test_harness_includes_a_conftest_next_to_the_test(tree: Path) -> None:
+    files = harness_files(tree / "tests" / "other" / "test_x.py", tree)
+    assert tree / "tests" / "other" / "conftest.py" in files
+
+
+def test_harness_includes_extra_files(tree: Path) -> None:
+    extra = tree / "data.json"
+    extra.write_text("{}")
+    files = harness_files(tree / "tests" / "models" / "test_net.py", tree, [extra])
+    assert extra in files
+
+
+def test_test_file_outside_rootdir_takes_only_its_own_folder(tree: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "conftest.py").write_text("")
+    (elsewhere / "test_y.py").write_text("")
+    files = harness_files(elsewhere / "test_y.py", tree)
+    assert files == [elsewhere / "test_y.py", elsewhere / "conftest.py"]
+
+
+def test_extra_harness_files_expands_globs_to_files_only(tree: Path) -> None:
+    (tree / "data").mkdir()
+    (tree / "data" / "b.json").write_text("{}")
+    (tree / "data" / "a.json").write_text("{}")
+    (tree / "data" / "dir.json").mkdir()
+    assert extra_harness_files(tree, ["data/*.json", "data/a.*"]) == [
+        tree / "data" / "a.json", tree / "data" / "b.json"]
+
+
+def test_digest_changes_when_a_conftest_changes(tree: Path) -> None:
+    test_file = tree / "tests" / "models" / "test_net.py"
+    before = HarnessDigests(tree).of(test_file)
+    (tree / "tests" / "conftest.py").write_text("# tests, edited\n")
+    assert HarnessDigests(tree).of(test_file) != before
+
+
+def test_digest_ignores_a_conftest_above_rootdir(tree: Path) -> None:
+    test_file = tree / "tests" / "models" / "test_net.py"
+    before = HarnessDigests(tree).of(test_file)
+    (tree.parent / "conftest.py").write_text("# edited above rootdir\n")
+    (tree / "tests" / "other" / "conftest.py").write_text("# edited sibling\n")
+    assert HarnessDigests(tree).of(test_file) == before
+
+
+def test_digest_changes_with_an_extra_file(tree: Path) -> None:
+    test_file = tree / "tests" / "models" / "test_net.py"
+    extra = tree / "data.json"
+    extra.write_text("{}")
+    before = HarnessDigests(tree, [extra]).of(test_file)
+    extra.write_text("{\"a\": 1}")
+    assert HarnessDigests(tree, [extra]).of(test_file) != before
+
+
+def test_digests_of_test_files_with_other_conftests_differ(tree: Path) -> None:
+    digests = HarnessDigests(tree)
+    assert digests.of(tree / "tests" / "models" / "test_net.py") != \
+        digests.of(tree / "tests" / "other" / "test_x.py")

@@ -1,0 +1,95 @@
+"""Tests of regression.report: the end-of-run summary as text and as Markdown."""
+
+from __future__ import annotations
+
+from regression.compare import Difference
+from regression.report import (
+    CHANGED,
+    ERROR,
+    IDENTICAL,
+    NEW,
+    CaseOutcome,
+    markdown_summary,
+    mismatch_message,
+    summary_lines,
+)
+
+ALL_SAME = "every case is bit-identical to the reference"
+
+
+def outcomes() -> list[CaseOutcome]:
+    return [
+        CaseOutcome("t.py::a", IDENTICAL),
+        CaseOutcome("t.py::b", CHANGED, "'y': float32[2]: 1 of 2 elements differ"),
+        CaseOutcome("t.py::c", IDENTICAL),
+        CaseOutcome("t.py::d", NEW, "does not exist at the reference"),
+        CaseOutcome("t.py::e", ERROR, "boom\nsecond line"),
+        CaseOutcome("t.py::f", ERROR),
+    ]
+
+
+def test_summary_counts_every_outcome() -> None:
+    assert summary_lines("abc1234", outcomes())[0] == (
+        "reference abc1234: 6 cases: 2 identical, 1 changed, 1 not in reference, 2 errors")
+
+
+def test_summary_lists_each_case_that_is_not_identical_in_order() -> None:
+    assert summary_lines("abc1234", outcomes())[1:] == [
+        "CHANGED t.py::b: 'y': float32[2]: 1 of 2 elements differ",
+        "NOT IN REFERENCE t.py::d: does not exist at the reference",
+        "ERROR t.py::e: boom\nsecond line",
+        "ERROR t.py::f",
+    ]
+
+
+def test_summary_says_all_identical_only_when_they_are() -> None:
+    same = [CaseOutcome("t.py::a", IDENTICAL), CaseOutcome("t.py::b", IDENTICAL)]
+    assert summary_lines("r", same) == [
+        "reference r: 2 cases: 2 identical, 0 changed, 0 not in reference, 0 errors",
+        f"{ALL_SAME} (2 of 2)",
+    ]
+    assert not any(ALL_SAME in line for line in summary_lines("r", outcomes()))
+
+
+def test_summary_of_no_cases_does_not_claim_all_identical() -> None:
+    assert summary_lines("r", []) == [
+        "reference r: 0 cases: 0 identical, 0 changed, 0 not in reference, 0 errors"]
+
+
+def test_single_error_is_not_pluralised() -> None:
+    assert summary_lines("r", [CaseOutcome("t.py::a", ERROR)])[0].endswith(", 1 error")
+
+
+def test_summary_accepts_a_generator() -> None:
+    assert summary_lines("r", (o for o in outcomes())) == summary_lines("r", outcomes())
+
+
+def test_markdown_summary_has_a_table_of_counts() -> None:
+    text = markdown_summary("abc1234 (main)", outcomes())
+    assert text.startswith("### Regression against abc1234 (main)\n\n"
+                           "| outcome | cases |\n| --- | --- |\n"
+                           "| identical | 2 |\n| changed | 1 |\n| not in reference | 1 |\n"
+                           "| error | 2 |\n")
+
+
+def test_markdown_summary_lists_problems_with_their_first_line() -> None:
+    problems = markdown_summary("r", outcomes()).split("| error | 2 |\n", 1)[1]
+    assert problems == (
+        "\n- **changed** `t.py::b`: 'y': float32[2]: 1 of 2 elements differ\n"
+        "- **not in reference** `t.py::d`: does not exist at the reference\n"
+        "- **error** `t.py::e`: boom\n"
+        "- **error** `t.py::f`\n")
+
+
+def test_markdown_summary_without_problems_ends_after_the_table() -> None:
+    text = markdown_summary("r", [CaseOutcome("t.py::a", IDENTICAL)])
+    assert text.endswith("| error | 0 |\n")
+    assert "- **" not in text
+
+
+def test_mismatch_message_names_output_reference_and_each_difference() -> None:
+    differences = [Difference("'y'[0]", "2, reference 1"), Difference("'y'[1]", "length 3")]
+    assert mismatch_message("y", "abc1234", differences) == (
+        "output 'y' is not bit-identical to the reference abc1234:\n"
+        "  'y'[0]: 2, reference 1\n"
+        "  'y'[1]: length 3")

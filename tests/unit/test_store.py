@@ -1,0 +1,205 @@
+"""Tests of regression.store: exact round trips of nested outputs, and refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from regression.compare import compare
+from regression.errors import StoreError
+from regression.files import write_atomic
+from regression.fingerprint import digest
+from regression.store import (
+    Encoder,
+    decode,
+    path_label,
+    tensors_from_file,
+    tensors_to_bytes,
+)
+
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+          torch.int32, torch.int64, torch.uint8, torch.bool]
+
+
+def sample(dtype: torch.dtype) -> torch.Tensor:
+    """A tensor whose bits cover special values where the dtype has them."""
+    if dtype == torch.bool:
+        return torch.tensor([[True, False], [False, True]])
+    if dtype.is_floating_point:
+        values = [0.0, -0.0, 1.5, -2.25, float("inf"), float("-inf"), float("nan"), 1e-3]
+        return torch.tensor(values, dtype=dtype).reshape(2, 4)
+    info = torch.iinfo(dtype)
+    return torch.tensor([info.min, -1 if info.min else 0, 0, 1, info.max], dtype=dtype)
+
+
+def nested() -> object:
+    return {
+        "tensors": [sample(dtype) for dtype in DTYPES],
+        "strided": torch.arange(12.0).reshape(3, 4).t(),
+        "grad": torch.ones(3, requires_grad=True) * 2,
+        "scalar": torch.tensor(7, dtype=torch.int16),
+        "empty": torch.empty(0, 5),
+        "numbers": (1, -(2**70), 0.1, -0.0, float("nan"), float("inf"), True, False),
+        "text": ["", "x", "ünïcode"],
+        "none": None,
+        3: "int key",
+        (1, "a"): {"deep": [(), []]},
+    }
+
+
+def round_trip(value: object) -> object:
+    encoder = Encoder(prefix="t")
+    node = encoder.encode(value)
+    return decode(node, encoder.tensors)
+
+
+def round_trip_through_bytes(value: object, tmp_path: Path) -> object:
+    encoder = Encoder(prefix="t")
+    node = encoder.encode(value)
+    data = tensors_to_bytes(encoder.tensors)
+    write_atomic(tmp_path / "t.safetensors", data)
+    return decode(node, tensors_from_file(tmp_path / "t.safetensors", digest(data)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_dtype_round_trips_bitwise(dtype: torch.dtype, tmp_path: Path) -> None:
+    tensor = sample(dtype)
+    restored = round_trip_through_bytes(tensor, tmp_path)
+    assert isinstance(restored, torch.Tensor)
+    assert restored.dtype == dtype
+    assert compare(tensor, restored) == []
+
+
+def test_nested_value_round_trips_exactly_in_memory() -> None:
+    value = nested()
+    assert compare(value, round_trip(value)) == []
+
+
+def test_nested_value_round_trips_exactly_through_a_file(tmp_path: Path) -> None:
+    value = nested()
+    assert compare(value, round_trip_through_bytes(value, tmp_path)) == []
+
+
+def test_round_trip_keeps_python_types_and_key_order() -> None:
+    value = {"b": (1, [2.5]), "a": None, 1: True}
+    restored = round_trip(value)
+    assert restored == value
+    assert isinstance(restored, dict)
+    assert list(restored) == ["b", "a", 1]
+    assert type(restored["b"]) is tuple
+    assert type(restored[1]) is bool
+
+
+def test_big_integers_and_float_bits_survive_json() -> None:
+    value = [2**100, -(2**80), 0.1 + 0.2, -0.0, 5e-324]
+    restored = round_trip(value)
+    assert isinstance(restored, list)
+    assert restored == value
+    assert str(restored[3]) == "-0.0"
+
+
+def test_decoded_tensors_are_dense_detached_cpu_copies() -> None:
+    base = torch.arange(10.0, requires_grad=True)
+    view = base[::2]
+    encoder = Encoder(prefix="p")
+    encoder.encode([view, base])
+    stored = encoder.tensors["p0"]
+    assert list(encoder.tensors) == ["p0", "p1"]
+    assert stored.is_contiguous()
+    assert not stored.requires_grad
+    assert stored.untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
+    assert stored.untyped_storage().nbytes() == 5 * 4
+
+
+def test_zero_dimensional_and_empty_tensors_keep_their_shape(tmp_path: Path) -> None:
+    restored = round_trip_through_bytes([torch.tensor(1.5), torch.empty(2, 0, 3)], tmp_path)
+    assert [t.shape for t in restored] == [torch.Size([]), torch.Size([2, 0, 3])]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ([{"x": {1, 2}}], "builtins.set"),
+        ([{"x": object()}], "builtins.object"),
+        ([{"x": b"bytes"}], "builtins.bytes"),
+    ],
+)
+def test_unsupported_value_names_its_type_and_path(value: object, kind: str) -> None:
+    with pytest.raises(StoreError, match=r"cannot store .* at \[0\]\['x'\]") as info:
+        Encoder(prefix="t").encode(value)
+    assert kind in str(info.value)
+
+
+def test_sparse_tensor_is_refused_with_its_path() -> None:
+    sparse = torch.eye(3).to_sparse()
+    with pytest.raises(StoreError, match=r"sparse.* at \[0\]\['x'\]"):
+        Encoder(prefix="t").encode([{"x": sparse}])
+
+
+def test_unknown_node_kind_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="unknown node kind 'set'"):
+        decode({"set": []}, {})
+
+
+def test_path_label_formats_nested_locations() -> None:
+    assert path_label(()) == "<value>"
+    assert path_label((0, "logits", (1, 2))) == "[0]['logits'][(1, 2)]"
+
+
+def test_dtype_safetensors_cannot_store_is_a_store_error() -> None:
+    with pytest.raises(StoreError):
+        tensors_to_bytes({"t0": torch.zeros(2, dtype=torch.complex128)})
+
+
+def test_non_contiguous_tensor_given_directly_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="safetensors cannot store"):
+        tensors_to_bytes({"t0": torch.zeros(2, 3).t()})
+
+
+def flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:]
+
+
+def safetensors_file(tmp_path: Path) -> tuple[Path, bytes]:
+    data = tensors_to_bytes({"t0": torch.arange(16.0), "t1": torch.ones(3, dtype=torch.int8)})
+    path = tmp_path / "x.safetensors"
+    write_atomic(path, data)
+    return path, data
+
+
+def test_safetensors_round_trip_is_bitwise(tmp_path: Path) -> None:
+    path, data = safetensors_file(tmp_path)
+    tensors = tensors_from_file(path, digest(data))
+    assert sorted(tensors) == ["t0", "t1"]  # safetensors does not keep the order of names
+    assert compare([tensors["t0"], tensors["t1"]],
+                   [torch.arange(16.0), torch.ones(3, dtype=torch.int8)]) == []
+
+
+def test_flipped_byte_in_safetensors_file_is_detected(tmp_path: Path) -> None:
+    path, data = safetensors_file(tmp_path)
+    path.write_bytes(flip(data, len(data) - 5))
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        tensors_from_file(path, digest(data))
+
+
+def test_truncated_safetensors_file_is_detected(tmp_path: Path) -> None:
+    path, data = safetensors_file(tmp_path)
+    path.write_bytes(data[:-4])
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        tensors_from_file(path, digest(data))
+
+
+@pytest.mark.parametrize("cut", [5, 30, -4])
+def test_unparsable_safetensors_with_matching_hash_is_a_store_error(
+        tmp_path: Path, cut: int) -> None:
+    path, data = safetensors_file(tmp_path)
+    path.write_bytes(data[:cut])
+    with pytest.raises(StoreError, match="not a valid safetensors file"):
+        tensors_from_file(path, digest(data[:cut]))
+
+
+def test_missing_safetensors_file_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="is missing"):
+        tensors_from_file(tmp_path / "absent.safetensors", "0" * 32)
