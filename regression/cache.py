@@ -140,7 +140,7 @@ class Entry:
 
     def save_case(self, record: CaseRecord) -> None:
         """Store one case atomically: tensors first, then the record that names them."""
-        from .store import Encoder, tensors_to_bytes
+        from .store import Encoder, save_tensors
 
         cid = case_id(record.nodeid)
         encoder = Encoder(prefix="t")
@@ -152,10 +152,7 @@ class Entry:
         }
         tensor_file = None
         if encoder.tensors:
-            data = tensors_to_bytes(encoder.tensors)
-            tensor_digest = digest(data)
-            tensor_file = f"{cid}.{tensor_digest[:16]}.safetensors"
-            write_atomic(self.cases / tensor_file, data)
+            tensor_file, tensor_digest = save_tensors(self.cases, cid, encoder.tensors)
             body["tensors"] = {"file": tensor_file, "digest": tensor_digest}
         write_atomic(self.cases / f"{cid}.json", dump_verified(body))
         for old in self.cases.glob(f"{cid}.*.safetensors"):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import StoreError
 from .fingerprint import digest
@@ -14,20 +15,28 @@ from .fingerprint import digest
 _HEADER = b"torch-regression "
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` so that `path` is either absent, the old content, or all of `data`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+@contextmanager
+def temporary_file(folder: Path, name: str) -> Iterator[Path]:
+    """A new hidden file in `folder` to write and then rename; removed if it is left over."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    os.fchmod(handle, 0o666 & ~_umask())  # mkstemp makes 0600; honour the umask instead
+    os.close(handle)
     try:
-        os.fchmod(handle, 0o666 & ~_umask())  # mkstemp makes 0600; honour the umask instead
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
+        yield Path(temporary)
+    finally:
         Path(temporary).unlink(missing_ok=True)
-        raise
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` so that `path` is either absent, the old content, or all of `data`.
+
+    The rename makes it atomic for readers and for a killed writer. There is no fsync: a file
+    torn by a power cut fails the content hash every reader checks, and is never trusted.
+    """
+    with temporary_file(path.parent, path.name) as temporary:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
 
 
 def _umask() -> int:

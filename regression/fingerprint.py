@@ -58,6 +58,15 @@ def digest(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
+def file_digest(path: Path, chunk: int = 1 << 20) -> str:
+    """digest() of a file's bytes, read in chunks."""
+    hasher = xxhash.xxh3_128()
+    with open(path, "rb") as stream:
+        while block := stream.read(chunk):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
 def key_of(parts: Mapping[str, str]) -> str:
     """A stable hash of named parts."""
     return digest(json.dumps(dict(parts), sort_keys=True).encode())

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
-from safetensors.torch import save as save_tensors
+from safetensors.torch import save_file
 
 from .errors import StoreError
-from .files import read_checked
+from .files import read_checked, temporary_file
+from .fingerprint import file_digest
 
 Node = dict[str, Any]
 
@@ -87,14 +89,19 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
     raise StoreError(f"unknown node kind {kind!r}")
 
 
-def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
-    """Serialize tensors with safetensors."""
-    try:
-        return bytes(save_tensors(tensors))
-    except (SafetensorError, ValueError, TypeError, KeyError, RuntimeError) as exc:
-        dtypes = sorted({str(t.dtype) for t in tensors.values()})
-        raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): {exc}") \
-            from None
+def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> tuple[str, str]:
+    """Write tensors atomically as `<stem>.<hash>.safetensors`; returns (file name, hash)."""
+    with temporary_file(folder, stem) as temporary:
+        try:
+            save_file(tensors, str(temporary))
+        except (SafetensorError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+            dtypes = sorted({str(t.dtype) for t in tensors.values()})
+            raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): "
+                             f"{exc}") from None
+        content_digest = file_digest(temporary)
+        name = f"{stem}.{content_digest[:16]}.safetensors"
+        os.replace(temporary, folder / name)
+    return name, content_digest
 
 
 def tensors_from_file(path: Path, expected_digest: str) -> dict[str, torch.Tensor]:

@@ -73,13 +73,16 @@ class Repo:
         return self.git("rev-parse", "HEAD")
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("REGRESSION_", "PYTEST_"))}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("REGRESSION_", "PYTEST_", "GITHUB_"))}
         env["REGRESSION_CACHE_DIR"] = str(self.cache)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         return env
 
-    def invoke(self, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([python, "-m", "invoke", *args], cwd=self.path, env=self.env(),
+    def invoke(self, *args: str, python: str = sys.executable,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([python, "-m", "invoke", *args], cwd=self.path,
+                              env={**self.env(), **(env or {})},
                               text=True, capture_output=True, check=False, timeout=600)
 
     def pytest(self, *args: str) -> subprocess.CompletedProcess[str]:

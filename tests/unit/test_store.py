@@ -16,7 +16,7 @@ from regression.store import (
     decode,
     path_label,
     tensors_from_file,
-    tensors_to_bytes,
+    save_tensors,
 )
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int16,
@@ -58,9 +58,8 @@ def round_trip(value: object) -> object:
 def round_trip_through_bytes(value: object, tmp_path: Path) -> object:
     encoder = Encoder(prefix="t")
     node = encoder.encode(value)
-    data = tensors_to_bytes(encoder.tensors)
-    write_atomic(tmp_path / "t.safetensors", data)
-    return decode(node, tensors_from_file(tmp_path / "t.safetensors", digest(data)))
+    name, content_digest = save_tensors(tmp_path, "t", encoder.tensors)
+    return decode(node, tensors_from_file(tmp_path / name, content_digest))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -148,14 +147,22 @@ def test_path_label_formats_nested_locations() -> None:
     assert path_label((0, "logits", (1, 2))) == "[0]['logits'][(1, 2)]"
 
 
-def test_dtype_safetensors_cannot_store_is_a_store_error() -> None:
+def test_dtype_safetensors_cannot_store_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError):
-        tensors_to_bytes({"t0": torch.zeros(2, dtype=torch.complex128)})
+        save_tensors(tmp_path, "c", {"t0": torch.zeros(2, dtype=torch.complex128)})
 
 
-def test_non_contiguous_tensor_given_directly_is_a_store_error() -> None:
+def test_non_contiguous_tensor_given_directly_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="safetensors cannot store"):
-        tensors_to_bytes({"t0": torch.zeros(2, 3).t()})
+        save_tensors(tmp_path, "n", {"t0": torch.zeros(2, 3).t()})
+    assert list(tmp_path.iterdir()) == []  # the temporary file is gone too
+
+
+def test_saved_tensors_file_is_named_by_its_hash(tmp_path: Path) -> None:
+    name, content_digest = save_tensors(tmp_path, "case", {"t0": torch.ones(3)})
+    assert name == f"case.{content_digest[:16]}.safetensors"
+    assert digest((tmp_path / name).read_bytes()) == content_digest
+    assert [p.name for p in tmp_path.iterdir()] == [name]
 
 
 def flip(data: bytes, at: int) -> bytes:
@@ -163,10 +170,10 @@ def flip(data: bytes, at: int) -> bytes:
 
 
 def safetensors_file(tmp_path: Path) -> tuple[Path, bytes]:
-    data = tensors_to_bytes({"t0": torch.arange(16.0), "t1": torch.ones(3, dtype=torch.int8)})
-    path = tmp_path / "x.safetensors"
-    write_atomic(path, data)
-    return path, data
+    name, _ = save_tensors(tmp_path, "x",
+                           {"t0": torch.arange(16.0), "t1": torch.ones(3, dtype=torch.int8)})
+    path = tmp_path / name
+    return path, path.read_bytes()
 
 
 def test_safetensors_round_trip_is_bitwise(tmp_path: Path) -> None:

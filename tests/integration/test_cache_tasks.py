@@ -1,0 +1,78 @@
+"""Incremental generation, cache management tasks and the CI key, through invoke."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from helpers import Repo, output
+
+SECOND_FILE = """\
+import subj
+
+
+def test_double(regression):
+    regression.check(subj.forward(regression.randn(3, 4)) * 2, name="double")
+"""
+
+
+def _stamps(repo: Repo) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in repo.cache.rglob("cases/*")}
+
+
+def test_editing_one_test_file_rerecords_its_cases_only(subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_second.py", SECOND_FILE)
+    assert subject_repo.invoke("gen").returncode == 0
+    before = _stamps(subject_repo)
+    subject_repo.write("tests/test_second.py", SECOND_FILE + "\n# an edit\n")
+    done = subject_repo.invoke("gen")
+    assert "recording 1 of 2 cases" in done.stdout, output(done)
+    after = _stamps(subject_repo)
+    unchanged = [p for p in before if p in after and after[p] == before[p]]
+    assert len(unchanged) == 2  # test_subj.py's record and tensors
+    forced = subject_repo.invoke("gen", "--force")
+    assert "recording 2 of 2 cases" in forced.stdout, output(forced)
+
+
+def test_key_is_one_line_for_ci_and_follows_the_cpu_capability(subject_repo: Repo,
+                                                               tmp_path: Path) -> None:
+    done = subject_repo.invoke("key")
+    assert done.returncode == 0, output(done)
+    (key,) = done.stdout.splitlines()
+    assert key.startswith("torch-regression-") and "," not in key and len(key) <= 512
+    github = tmp_path / "github_output"
+    github.write_text("earlier=1\n")
+    with_output = subject_repo.invoke("key", "--github-output",
+                                      env={"GITHUB_OUTPUT": str(github)})
+    assert with_output.stdout.strip() == key
+    assert github.read_text() == f"earlier=1\nkey={key}\n"
+    other = subject_repo.invoke("key", "--explain", env={"ATEN_CPU_CAPABILITY": "default"})
+    assert other.stdout.splitlines()[-1] != key
+    assert "kernel variables: ATEN_CPU_CAPABILITY=default" in other.stdout
+
+
+def test_github_output_outside_actions_is_a_clear_error(subject_repo: Repo) -> None:
+    done = subject_repo.invoke("key", "--github-output")
+    assert done.returncode == 2
+    assert "$GITHUB_OUTPUT" in done.stderr
+
+
+def test_list_prune_and_clear(subject_repo: Repo) -> None:
+    assert subject_repo.invoke("gen").returncode == 0
+    assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
+    listing = subject_repo.invoke("cache.list").stdout.splitlines()
+    assert len(listing) == 3, listing
+    tag_sha = subject_repo.git("rev-parse", "v1^{commit}")[:12]
+    assert any(line.startswith(tag_sha) for line in listing[1:])
+    entries = [p for p in subject_repo.cache.iterdir() if p.is_dir()]
+    oldest = min(entries, key=lambda p: (p / "last-used").stat().st_mtime)
+    os.utime(oldest / "last-used", (1, 1))
+    pruned = subject_repo.invoke("cache.prune", "--older-than", "30d")
+    assert "removed 1 entries" in pruned.stdout, output(pruned)
+    assert not oldest.exists()
+    bad = subject_repo.invoke("cache.prune", "--max-size", "lots")
+    assert bad.returncode == 2 and "--max-size 'lots'" in bad.stderr
+    assert "removed 1 entries" in subject_repo.invoke("cache.prune", "--max-size", "0").stdout
+    assert subject_repo.invoke("gen").returncode == 0
+    assert "removed 1 entries" in subject_repo.invoke("cache.clear").stdout
+    assert "no cache entries" in subject_repo.invoke("cache.list").stdout
