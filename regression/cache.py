@@ -175,6 +175,8 @@ class Entry:
             return None
         tensors = body.get("tensors")
         if tensors:
+            if not isinstance(tensors, dict) or not {"file", "digest"} <= tensors.keys():
+                raise StoreError(f"{self.case_path(nodeid)} is malformed: bad tensors field")
             verify_safetensors(self.cases / str(tensors["file"]), str(tensors["digest"]))
         return str(body.get("harness"))
 

@@ -14,6 +14,7 @@ from .errors import ConfigError
 CONFIG_NAME = "config.yaml"
 CACHE_DIR_ENV = "REGRESSION_CACHE_DIR"
 DEFAULT_CACHE_DIR = ".regression-cache"
+DEFAULT_DURATIONS = ".regression-durations.json"
 DEVICES = ("cpu", "cuda")
 
 T = TypeVar("T")
@@ -43,6 +44,8 @@ class Settings:
     device: str = "cpu"
     fingerprint_packages: tuple[str, ...] = ()
     cache_dir_setting: str = DEFAULT_CACHE_DIR
+    durations_setting: str = DEFAULT_DURATIONS
+    pins: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -54,6 +57,11 @@ class Settings:
         """Where references are cached; REGRESSION_CACHE_DIR overrides config.yaml."""
         chosen = os.environ.get(CACHE_DIR_ENV) or self.cache_dir_setting
         return (self.root / chosen).resolve()
+
+    @property
+    def durations_file(self) -> Path:
+        """Where `invoke test --store-durations` keeps the seconds each case took."""
+        return self.root / self.durations_setting
 
     def revision_for(self, reference: str | None) -> str:
         """The revision to use: a name from `references`, a revision, or the default."""
@@ -101,6 +109,7 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
     subject = reader.section("subject", required=True)
     determinism = reader.section("determinism")
     fingerprint = reader.section("fingerprint")
+    shards = reader.section("shards")
     settings = Settings(
         path=path,
         reference=reader.revision("reference", required=True),
@@ -117,8 +126,10 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
         device=reader.choice("device", DEVICES, "cpu"),
         fingerprint_packages=fingerprint.names("packages", required=False),
         cache_dir_setting=reader.string("cache_dir", DEFAULT_CACHE_DIR),
+        durations_setting=shards.relative_path("durations", DEFAULT_DURATIONS),
+        pins=shards.pins("pins"),
     )
-    for section in (reader, subject, determinism, fingerprint):
+    for section in (reader, subject, determinism, fingerprint, shards):
         section.reject_unknown()
     return settings
 
@@ -203,6 +214,16 @@ class _Reader:
             if Path(item).is_absolute() or ".." in Path(item).parts:
                 raise self._error(key, f"{item!r} must be relative and stay inside the project")
         return tuple(value)
+
+    def pins(self, key: str) -> dict[str, int]:
+        value = self._typed(key, dict, "a mapping of test id pattern: shard number") or {}
+        for pattern, shard in value.items():
+            if not isinstance(pattern, str) or isinstance(shard, bool) \
+                    or not isinstance(shard, int) or shard < 1:
+                raise self._error(key, f"{pattern!r}: {shard!r} must map a test id pattern "
+                                       "(fnmatch, e.g. 'tests/test_zoo.py::*vit*') to a shard "
+                                       "number from 1")
+        return dict(value)
 
     def string(self, key: str, default: str) -> str:
         value = self._typed(key, str, "a string")

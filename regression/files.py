@@ -20,7 +20,7 @@ def temporary_file(folder: Path, name: str) -> Iterator[Path]:
     """A new hidden file in `folder` to write and then rename; removed if it is left over."""
     folder.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    os.fchmod(handle, 0o666 & ~_umask())  # mkstemp makes 0600; honour the umask instead
+    os.fchmod(handle, 0o666 & ~umask())  # mkstemp makes 0600; honour the umask instead
     os.close(handle)
     try:
         yield Path(temporary)
@@ -39,7 +39,7 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.replace(temporary, path)
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process umask (reading it means setting it; it is set straight back)."""
     mask = os.umask(0)
     os.umask(mask)

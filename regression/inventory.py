@@ -118,7 +118,7 @@ def remove_entry(directory: Path) -> None:
         marker = directory / ENTRY_FILE
         marker.unlink(missing_ok=True)  # first: a half-deleted entry is never read as valid
         shutil.rmtree(directory, ignore_errors=True)
-    (directory.parent / f"{directory.name}.lock").unlink(missing_ok=True)
+    # The lock file stays: deleting it would let a waiter and a newcomer lock different files.
 
 
 def parse_size(text: str) -> int:
@@ -140,7 +140,7 @@ def parse_age(text: str) -> float:
 def human_size(size: int) -> str:
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
+        if round(value, 1) < 1024 or unit == "GiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{size} B"

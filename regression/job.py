@@ -20,9 +20,10 @@ class Job:
     result: str
     config: str = ""
     reference: str = ""
-    worktree: str = ""
+    subject_root: str = ""
     parts: dict[str, str] = field(default_factory=dict)
     cases: dict[str, str] = field(default_factory=dict)
+    """Record: the wanted cases, node id -> harness digest."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")

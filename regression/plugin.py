@@ -9,7 +9,7 @@ from typing import Generator
 
 import pytest
 
-from .job import COLLECT, RECORD, current_job
+from .job import RECORD, current_job
 from .session import Checker, Collector, Recorder, uses_fixture
 
 _STATE = pytest.StashKey[object]()
@@ -21,19 +21,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="reference revision or name from config.yaml (default: config.yaml)")
     group.addoption("--regression-strict", action="store_true", default=False,
                     help="fail cases that are not in the reference instead of skipping them")
+    group.addoption("--regression-cases", default=None, metavar="FILE",
+                    help="run only the regression cases listed in this JSON file (a shard)")
+    group.addoption("--regression-durations", default=None, metavar="FILE",
+                    help="merge the seconds each regression case took into this JSON file")
+    group.addoption("--regression-subject-root", default=None, metavar="DIR",
+                    help="import the subject packages from DIR, and prove it (invoke compare)")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     job = current_job()
-    state: object
+    state: Checker | Recorder | Collector
     if job is None:
         state = Checker(early_config)
     elif job.mode == RECORD:
         state = Recorder(job)
-        state.redirect_imports()
-    elif job.mode == COLLECT:
+    else:
         state = Collector(job)
+    state.redirect_imports()
     early_config.stash[_STATE] = state
 
 
@@ -54,9 +60,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         state.collected(config, items)
     elif isinstance(state, Recorder):
         state.select(config, items)
-    elif isinstance(state, Checker) and not config.option.collectonly \
-            and any(uses_fixture(i) for i in items):
-        state.prepare()
+    elif isinstance(state, Checker):
+        state.select(config, items)
+        if not config.option.collectonly and any(uses_fixture(i) for i in items):
+            state.prepare()
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
@@ -99,7 +106,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if isinstance(state, Recorder):
         state.finish(session)
     elif isinstance(state, Checker):
-        state.write_step_summary()
+        state.finish(session)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -8,18 +8,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import git
 
+from . import shard
 from .cache import Entry
-from .config import Settings
-from .errors import CacheError, CollectionError, ImportRedirectError, RegressionError, \
+from .config import Settings, load_settings
+from .durations import read_durations
+from .errors import CacheError, CollectionError, ConfigError, ImportRedirectError, RegressionError, \
     StoreError, SubjectImportError
 from .fingerprint import digest
 from .job import COLLECT, JOB_ENV, RECORD, Job
+from .shard import ShardSpec
 from .revision import open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
     short
 
@@ -50,6 +54,20 @@ class Suite:
     reference: Reference
     cases: dict[str, str]
     entry: Entry
+    shard: ShardSpec | None = None
+    subject_root: Path | None = None
+    """Set by `compare`: the candidate's subject comes from this worktree."""
+
+
+def select_shard(suite: Suite, spec: ShardSpec | None) -> Suite:
+    """The suite narrowed to one shard (every case when `spec` is None)."""
+    if spec is None:
+        return suite
+    settings = suite.reference.settings
+    chosen = shard.select(suite.cases, spec, read_durations(settings.durations_file),
+                          settings.pins)
+    return replace(suite, cases={c: suite.cases[c] for c in chosen}, shard=spec)
+
 
 
 @dataclass
@@ -97,14 +115,17 @@ def _tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def collect(reference: Reference) -> Suite:
+def collect(reference: Reference, subject_root: Path | None = None) -> Suite:
     """The candidate's regression cases and environment, as pytest itself sees them."""
     settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
         job = Job(mode=COLLECT, result=str(Path(folder) / "result.json"),
-                  config=str(settings.path), reference=reference.sha)
+                  config=str(settings.path), reference=reference.sha,
+                  subject_root=str(subject_root or ""))
         process = _pytest(settings, ["--collect-only", "-q", *settings.tests], job, True)
         result = _job_result(job)
+        if result and "error" in result:
+            raise _record_error(reference, str(result["error"]), str(result.get("message")))
         if process.returncode not in (0, 5) or result is None or "cases" not in result:
             raise CollectionError(
                 f"pytest could not collect the tests in {', '.join(settings.tests)} "
@@ -113,7 +134,7 @@ def collect(reference: Reference) -> Suite:
             )
     cases = {str(k): str(v) for k, v in result["cases"].items()}
     parts = {str(k): str(v) for k, v in result["parts"].items()}
-    return Suite(reference, cases, Entry(settings.cache_dir, parts))
+    return Suite(reference, cases, Entry(settings.cache_dir, parts), subject_root=subject_root)
 
 
 @dataclass(frozen=True)
@@ -197,7 +218,8 @@ def _record(suite: Suite, todo: dict[str, str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder, \
             reference_worktree(reference.repo, reference.sha) as worktree:
         job = Job(mode=RECORD, result=str(Path(folder) / "result.json"),
-                  config=str(settings.path), reference=reference.sha, worktree=str(worktree),
+                  config=str(settings.path), reference=reference.sha,
+                  subject_root=str(worktree / settings.subject_path),
                   parts=suite.entry.parts, cases=todo)
         process = _pytest(settings, ["-q", "--no-header", "-rN", "--continue-on-collection-errors",
                                      *settings.tests], job, True)
@@ -226,19 +248,47 @@ def _record_error(reference: Reference, kind: str, message: str) -> RegressionEr
     return RegressionError(message)
 
 
-def run_checks(reference: Reference, strict: bool, junitxml: str | None,
-               extra: Sequence[str] = ()) -> int:
+def run_checks(suite: Suite, strict: bool = False, junitxml: str | None = None,
+               store_durations: bool = False) -> int:
     """Run the candidate's tests against the recorded reference; pytest's exit code."""
-    args = ["--regression-reference", reference.revision, *reference.settings.tests, *extra]
+    settings = suite.reference.settings
+    args = ["--regression-reference", suite.reference.revision, *settings.tests]
     if strict:
         args.append("--regression-strict")
     if junitxml:
-        args.append(f"--junitxml={junitxml}")
-    return _pytest(reference.settings, args, None, capture=False).returncode
+        args.append(f"--junitxml={Path(junitxml).resolve()}")
+    if store_durations:
+        args.append(f"--regression-durations={settings.durations_file}")
+    if suite.subject_root:
+        args.append(f"--regression-subject-root={suite.subject_root}")
+    with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
+        if suite.shard:
+            selection = Path(folder) / "cases.json"
+            selection.write_text(json.dumps(sorted(suite.cases)), encoding="utf-8")
+            args.append(f"--regression-cases={selection}")
+        code = _pytest(settings, args, None, capture=False).returncode
+    no_tests = code == 5 and suite.shard is not None and not suite.cases
+    return 0 if no_tests else code
 
 
 def cache_key(suite: Suite) -> str:
-    """The key CI's cache uses: the environment entry plus every case's harness."""
+    """The key CI's cache uses: the environment entry, every case's harness, the shard."""
     harness = digest(json.dumps(sorted(suite.cases.items())).encode())
-    return (f"torch-regression-{short(suite.reference.sha)}-{suite.entry.key[:16]}-"
-            f"{harness[:16]}")
+    key = f"torch-regression-{short(suite.reference.sha)}-{suite.entry.key[:16]}-{harness[:16]}"
+    return f"{key}-shard{suite.shard.index}of{suite.shard.count}" if suite.shard else key
+
+
+@contextmanager
+def candidate_checkout(settings: Settings, revision: str) -> Iterator[tuple[Settings, Path]]:
+    """A candidate revision as a worktree: its settings (our cache) and its subject folder."""
+    repo = open_repo(settings.root)
+    sha = resolve_revision(repo, revision)
+    with reference_worktree(repo, sha) as worktree:
+        path = worktree / settings.path.relative_to(settings.root)
+        try:
+            candidate = load_settings(path)
+        except ConfigError as exc:
+            raise ConfigError(str(path), f"the candidate {revision!r} has no usable "
+                                         f"config.yaml, which runs its tests: {exc}") from None
+        yield (replace(candidate, cache_dir_setting=str(settings.cache_dir)),
+               worktree / candidate.subject_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import traceback
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from . import determinism
 from .cache import ABSENT, CaseRecord, Entry
 from .config import Settings, find_config, load_settings
+from .durations import store_durations
 from .errors import RegressionError, StoreError
 from .fingerprint import environment_parts
 from .fixture import CheckSink, RecordSink, Regression
@@ -23,6 +25,7 @@ from .report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, markdown_summar
 from .revision import open_repo, resolve_revision, short
 
 FIXTURE = "regression"
+FINISH_ERROR = pytest.StashKey[str]()
 
 
 def uses_fixture(item: pytest.Item) -> bool:
@@ -35,20 +38,28 @@ def _reason(report: pytest.TestReport) -> str:
 
 
 class Collector:
-    """Collect mode: writes the regression cases with their harness digests."""
+    """Collect mode: writes the regression cases, their harness digests and the fingerprint."""
 
     def __init__(self, job: Job) -> None:
         self.job = job
+        self.settings = load_settings(Path(job.config))
+
+    def redirect_imports(self) -> None:
+        if self.job.subject_root:
+            install_redirect(self.settings.subject_packages, Path(self.job.subject_root))
 
     def collected(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        digests = HarnessDigests(config.rootpath, self._extra(config))
+        if self.job.subject_root:
+            try:
+                verify_origins(self.settings.subject_packages, Path(self.job.subject_root))
+            except RegressionError as exc:
+                self.job.write_result({"error": type(exc).__name__, "message": str(exc)})
+                return
+        extra = extra_harness_files(self.settings.root, self.settings.harness)
+        digests = HarnessDigests(config.rootpath, extra)
         cases = {i.nodeid: digests.of(i.path) for i in items if uses_fixture(i)}
-        parts = environment_parts(load_settings(Path(self.job.config)), self.job.reference)
+        parts = environment_parts(self.settings, self.job.reference)
         self.job.write_result({"cases": cases, "parts": parts})
-
-    def _extra(self, config: pytest.Config) -> list[Path]:
-        settings = load_settings(Path(self.job.config))
-        return extra_harness_files(settings.root, settings.harness)
 
 
 class Recorder:
@@ -57,7 +68,7 @@ class Recorder:
     def __init__(self, job: Job) -> None:
         self.job = job
         self.settings = load_settings(Path(job.config))
-        self.subject_root = Path(job.worktree) / self.settings.subject_path
+        self.subject_root = Path(job.subject_root)
         self.sinks: dict[str, RecordSink] = {}
         self.absent: dict[str, str] = {}
         self.collect_errors: dict[str, str] = {}
@@ -68,6 +79,7 @@ class Recorder:
         install_redirect(self.settings.subject_packages, self.subject_root)
 
     def import_subject(self, session: pytest.Session) -> None:
+        determinism.apply(self.settings.determinism)  # once here: the first call takes seconds
         for package in self.settings.subject_packages:
             try:
                 importlib.import_module(package)
@@ -153,11 +165,38 @@ class Checker:
         self.sinks: dict[str, CheckSink] = {}
         self.entry: Entry | None = None
         self.label = ""
+        self.durations: dict[str, float] = {}
+        root = getattr(config.known_args_namespace, "regression_subject_root", None)
+        self.subject_root = Path(root).resolve() if root else None
+
+    def redirect_imports(self) -> None:
+        """With --regression-subject-root (invoke compare), import the subject from there."""
+        if self.subject_root:
+            settings = self._settings()
+            install_redirect(settings.subject_packages, self.subject_root)
+
+    def _settings(self) -> Settings:
+        try:
+            return load_settings(find_config(self.config.rootpath))
+        except RegressionError as exc:
+            raise pytest.UsageError(f"torch-regression: {exc}") from None
+
+    def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """With --regression-cases FILE (a shard), run only the regression cases it lists."""
+        path = config.getoption("regression_cases")
+        if not path:
+            return
+        wanted = set(json.loads(Path(path).read_text(encoding="utf-8")))
+        keep = [i for i in items if uses_fixture(i) and i.nodeid in wanted]
+        dropped = [i for i in items if i not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
     def prepare(self) -> None:
         """Find the reference for this environment; raises UsageError when it can't."""
+        settings = self._settings()
         try:
-            settings = load_settings(find_config(self.config.rootpath))
             revision = settings.revision_for(self.config.getoption("regression_reference"))
             sha = resolve_revision(open_repo(settings.root), revision)
             self.settings: Settings = settings
@@ -166,6 +205,7 @@ class Checker:
             self.harness = HarnessDigests(self.config.rootpath,
                                           extra_harness_files(settings.root, settings.harness))
             determinism.prepare_process(settings.device)
+            determinism.apply(settings.determinism)  # once here: the first call takes seconds
         except RegressionError as exc:
             raise pytest.UsageError(f"torch-regression: {exc}") from None
 
@@ -202,6 +242,8 @@ class Checker:
         return record
 
     def report(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        if uses_fixture(item):
+            self.durations[item.nodeid] = self.durations.get(item.nodeid, 0.0) + report.duration
         sink = self.sinks.get(item.nodeid)
         if sink is None or report.when != "call":
             return
@@ -230,10 +272,23 @@ class Checker:
             return CaseOutcome(nodeid, ERROR, self._unchecked_message(sink))
         return CaseOutcome(nodeid, IDENTICAL)
 
+    def finish(self, session: pytest.Session) -> None:
+        """Prove where the subject came from (compare), store durations, write summaries."""
+        if self.subject_root:
+            try:
+                verify_origins(self._settings().subject_packages, self.subject_root)
+            except RegressionError as exc:
+                session.config.stash[FINISH_ERROR] = str(exc)
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        durations_path = self.config.getoption("regression_durations")
+        if durations_path and self.durations:
+            store_durations(Path(durations_path), self.durations)
+        self.write_step_summary()
+
     def summary(self) -> list[str]:
-        if not self.outcomes:
-            return []
-        return summary_lines(self.label, self.outcomes.values())
+        lines = summary_lines(self.label, self.outcomes.values()) if self.outcomes else []
+        error = self.config.stash.get(FINISH_ERROR, "")
+        return [*lines, f"ERROR {error}"] if error else lines
 
     def write_step_summary(self) -> None:
         path = os.environ.get("GITHUB_STEP_SUMMARY")

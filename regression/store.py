@@ -12,7 +12,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
 from .errors import StoreError
-from .files import read_checked, temporary_file
+from .files import read_checked, temporary_file, umask
 from .fingerprint import file_digest
 
 Node = dict[str, Any]
@@ -98,6 +98,7 @@ def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> t
             dtypes = sorted({str(t.dtype) for t in tensors.values()})
             raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): "
                              f"{exc}") from None
+        temporary.chmod(0o666 & ~umask())  # safetensors wrote a new 0600 file
         content_digest = file_digest(temporary)
         name = f"{stem}.{content_digest[:16]}.safetensors"
         os.replace(temporary, folder / name)

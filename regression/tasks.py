@@ -12,9 +12,13 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from .config import Settings, find_config, load_settings
-from .errors import RegressionError
 from . import inventory
-from .runner import Generation, cache_key, collect, generate, require_valid, resolve, run_checks
+from .errors import RegressionError
+from .durations import read_durations
+from .runner import Generation, Suite, cache_key, candidate_checkout, collect, generate, \
+    require_valid, resolve, run_checks, select_shard
+from .shard import parse_shard
+from .shard import table as shard_table
 
 T = TypeVar("T")
 REFERENCE_HELP = "revision (tag, branch, SHA, HEAD~n) or a name from config.yaml's references"
@@ -40,47 +44,96 @@ def _report(generation: Generation, total: int) -> None:
         print(f"not in reference: {nodeid}: {reason}")
 
 
-def _gen(reference: str | None, force: bool) -> None:
-    suite = collect(resolve(_settings(), reference))
+SHARD_HELP = "only shard i of n (1-based), e.g. 2/4; every case is in exactly one shard"
+
+
+def _suite(reference: str | None, shard_spec: str | None) -> Suite:
+    spec = parse_shard(shard_spec) if shard_spec else None
+    return select_shard(collect(resolve(_settings(), reference)), spec)
+
+
+def _announce(suite: Suite) -> None:
+    if suite.shard:
+        print(f"shard {suite.shard}: {len(suite.cases)} cases")
+
+
+def _gen(reference: str | None, shard_spec: str | None, force: bool) -> None:
+    suite = _suite(reference, shard_spec)
+    _announce(suite)
     _report(generate(suite, force=force), len(suite.cases))
 
 
-@task(help={"reference": REFERENCE_HELP, "force": "regenerate every case, valid or not"})
-def gen(c: Context, reference: str | None = None, force: bool = False) -> None:
+@task(help={"reference": REFERENCE_HELP, "shard": SHARD_HELP,
+            "force": "regenerate every case, valid or not"})
+def gen(c: Context, reference: str | None = None, shard: str | None = None,
+        force: bool = False) -> None:
     """Generate the reference outputs, or reuse them when the cache holds valid ones."""
-    _translate(lambda: _gen(reference, force))
+    _translate(lambda: _gen(reference, shard, force))
 
 
-def _test(reference: str | None, strict: bool, junitxml: str | None, no_gen: bool) -> int:
-    suite = collect(resolve(_settings(), reference))
+def _check(suite: Suite, no_gen: bool, strict: bool, junitxml: str | None,
+           store_durations: bool) -> int:
+    _announce(suite)
     if no_gen:
         require_valid(suite)
     else:
         _report(generate(suite), len(suite.cases))
-    return run_checks(suite.reference, strict=strict, junitxml=junitxml)
+    return run_checks(suite, strict=strict, junitxml=junitxml, store_durations=store_durations)
 
 
-@task(help={
-    "reference": REFERENCE_HELP,
-    "strict": "fail cases that are not in the reference instead of skipping them",
-    "junitxml": "also write a JUnit XML report to this path",
-    "no-gen": "never generate: stop with the reason when a reference is missing or invalid",
-})
-def test(c: Context, reference: str | None = None, strict: bool = False,
-         junitxml: str | None = None, no_gen: bool = False) -> None:
-    """Generate what is missing, then check the working tree against the reference."""
-    code = _translate(lambda: _test(reference, strict, junitxml, no_gen))
+def _exit_with(code: int) -> None:
     if code:
         raise Exit(code=code)
 
 
-def _key(reference: str | None, explain: bool, github_output: bool) -> None:
-    suite = collect(resolve(_settings(), reference))
+@task(help={
+    "reference": REFERENCE_HELP,
+    "shard": SHARD_HELP,
+    "strict": "fail cases that are not in the reference instead of skipping them",
+    "junitxml": "also write a JUnit XML report to this path",
+    "no-gen": "never generate: stop with the reason when a reference is missing or invalid",
+    "store-durations": "record the seconds each case takes, for balancing shards",
+})
+def test(c: Context, reference: str | None = None, shard: str | None = None,
+         strict: bool = False, junitxml: str | None = None, no_gen: bool = False,
+         store_durations: bool = False) -> None:
+    """Generate what is missing, then check the working tree against the reference."""
+    _exit_with(_translate(lambda: _check(_suite(reference, shard), no_gen, strict, junitxml,
+                                         store_durations)))
+
+
+def _compare(reference: str, candidate: str, shard_spec: str | None, strict: bool,
+             junitxml: str | None) -> int:
+    spec = parse_shard(shard_spec) if shard_spec else None
+    with candidate_checkout(_settings(), candidate) as (settings, subject_root):
+        suite = select_shard(collect(resolve(settings, reference), subject_root), spec)
+        print(f"comparing {candidate} (candidate) with {suite.reference.label} (reference)")
+        return _check(suite, False, strict, junitxml, store_durations=False)
+
+
+@task(help={
+    "reference": "the reference revision",
+    "candidate": "the candidate revision: its tests drive both runs",
+    "shard": SHARD_HELP,
+    "strict": "fail cases that are not in the reference instead of skipping them",
+    "junitxml": "also write a JUnit XML report to this path",
+})
+def compare(c: Context, reference: str, candidate: str, shard: str | None = None,
+            strict: bool = False, junitxml: str | None = None) -> None:
+    """Check one revision against another, both checked out as worktrees."""
+    _exit_with(_translate(lambda: _compare(reference, candidate, shard, strict, junitxml)))
+
+
+def _key(reference: str | None, shard_spec: str | None, explain: bool,
+         github_output: bool) -> None:
+    suite = _suite(reference, shard_spec)
     if explain:
         for name, value in suite.entry.parts.items():
             print(f"{name}: {value}")
         files = len({c.split("::")[0] for c in suite.cases})
         print(f"harness: {len(suite.cases)} cases in {files} files")
+        if suite.shard:
+            print(f"shard: {suite.shard}")
     line = cache_key(suite)
     if github_output:
         _append_github_output("key", line)
@@ -98,13 +151,34 @@ def _append_github_output(name: str, value: str) -> None:
 
 @task(help={
     "reference": REFERENCE_HELP,
+    "shard": SHARD_HELP,
     "explain": "list every part the key is made of",
     "github-output": "also append key=... to $GITHUB_OUTPUT",
 })
-def key(c: Context, reference: str | None = None, explain: bool = False,
-        github_output: bool = False) -> None:
+def key(c: Context, reference: str | None = None, shard: str | None = None,
+        explain: bool = False, github_output: bool = False) -> None:
     """Print the cache key (one line) that CI's actions/cache uses."""
-    _translate(lambda: _key(reference, explain, github_output))
+    _translate(lambda: _key(reference, shard, explain, github_output))
+
+
+def _shards(count: int) -> None:
+    if count < 1:
+        raise RegressionError(f"--count {count}: there must be at least one shard")
+    settings = _settings()
+    suite = collect(resolve(settings, None))
+    durations = read_durations(settings.durations_file)
+    known = sum(1 for case in suite.cases if case in durations)
+    print(f"{len(suite.cases)} cases, {known} with recorded durations "
+          f"({settings.durations_file.name})")
+    print(f"{'shard':>5}  {'cases':>5}  {'est. seconds':>12}")
+    for index, cases, seconds in shard_table(suite.cases, count, durations, settings.pins):
+        print(f"{index:>5}  {cases:>5}  {seconds:>12.2f}")
+
+
+@task(help={"count": "number of shards (default 4)"})
+def shards(c: Context, count: int = 4) -> None:
+    """Print how the cases split into shards: shard, cases, estimated seconds."""
+    _translate(lambda: _shards(count))
 
 
 def _cache_dir() -> Path:
@@ -158,4 +232,4 @@ def clear(c: Context) -> None:
 
 
 cache = Collection("cache", list_, verify, prune, clear)
-ns = Collection(gen, test, key, cache)
+ns = Collection(gen, test, key, shards, compare, cache)

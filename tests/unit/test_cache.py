@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
+import filelock
 import pytest
 import torch
 
@@ -11,6 +16,7 @@ from regression.cache import ABSENT, RECORDED, CaseRecord, Entry, Output, case_i
 from regression.compare import compare
 from regression.errors import CacheError, StoreError
 from regression.files import dump_verified, load_verified, write_atomic
+from regression.fingerprint import digest
 
 PARTS = {"format": "1", "reference": "abc123", "torch": "2.x", "threads": "1"}
 NODEID = "tests/test_model.py::test_forward[small]"
@@ -215,3 +221,188 @@ def test_valid_harness_checks_the_case_file(entry: Entry) -> None:
     path.write_bytes(path.read_bytes() + b" ")
     with pytest.raises(StoreError, match="corrupt or truncated"):
         entry.valid_harness(NODEID)
+
+
+# Entry.from_directory
+
+
+def test_entry_read_from_its_folder_has_the_same_identity(entry: Entry) -> None:
+    read = Entry.from_directory(entry.directory)
+    assert (read.parts, read.key, read.directory) == (PARTS, entry.key, entry.directory)
+
+
+def test_entry_read_from_a_renamed_folder_is_foreign(entry: Entry) -> None:
+    renamed = entry.directory.parent / ("f" * 32)
+    entry.directory.rename(renamed)
+    with pytest.raises(CacheError, match="foreign"):
+        Entry.from_directory(renamed)
+
+
+def test_entry_read_from_a_folder_with_a_corrupt_identity_is_a_store_error(entry: Entry) -> None:
+    (entry.directory / "entry.json").write_bytes(b"garbage")
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        Entry.from_directory(entry.directory)
+
+
+def test_entry_read_from_an_identity_without_parts_is_a_store_error(entry: Entry) -> None:
+    write_atomic(entry.directory / "entry.json", dump_verified({"format": 1}))
+    with pytest.raises(StoreError, match="holds no fingerprint"):
+        Entry.from_directory(entry.directory)
+
+
+# touch, last_used, stored_cases
+
+
+def test_last_used_of_an_untouched_entry_is_its_creation(entry: Entry) -> None:
+    assert entry.last_used() == (entry.directory / "entry.json").stat().st_mtime
+
+
+def test_last_used_of_an_entry_never_created_is_zero(tmp_path: Path) -> None:
+    assert Entry(tmp_path, PARTS).last_used() == 0.0
+
+
+def test_touch_marks_the_entry_used_now(entry: Entry) -> None:
+    entry.touch()
+    os.utime(entry.directory / "last-used", (1000.0, 1000.0))
+    assert entry.last_used() == 1000.0
+    entry.touch()
+    assert entry.last_used() > 1000.0
+
+
+def test_stored_cases_are_the_case_records_only(entry: Entry) -> None:
+    assert entry.stored_cases() == []
+    entry.save_case(recorded_case())
+    entry.save_case(CaseRecord("t.py::absent", "h", status=ABSENT))
+    assert entry.stored_cases() == sorted([entry.case_path(NODEID),
+                                           entry.case_path("t.py::absent")])
+
+
+# faults
+
+
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def rewrite_case(entry: Entry, **changes: object) -> None:
+    body = load_verified(entry.case_path(NODEID))
+    write_atomic(entry.case_path(NODEID), dump_verified({**body, **changes}))
+
+
+def pickled_tensor_file(entry: Entry) -> None:
+    """A tensor file whose digest matches the case record but which is not safetensors."""
+    payload = pickle.dumps({"t0": [1.0, 2.0]})
+    tensor_file(entry).write_bytes(payload)
+    body = load_verified(entry.case_path(NODEID))
+    rewrite_case(entry, tensors={**body["tensors"], "digest": digest(payload)})
+
+
+def identity_of_another_environment(entry: Entry) -> None:
+    write_atomic(entry.directory / "entry.json",
+                 dump_verified({"format": 1, "parts": {**PARTS, "torch": "9.9"}}))
+
+
+DAMAGE: dict[str, tuple[Callable[[Entry], object], str]] = {
+    "corrupt identity": (lambda e: flip_last_byte(e.directory / "entry.json"),
+                         "corrupt or truncated"),
+    "identity of another environment": (identity_of_another_environment,
+                                        "belongs to another environment"),
+    "corrupt case file": (lambda e: flip_last_byte(e.case_path(NODEID)), "corrupt or truncated"),
+    "corrupt tensor file": (lambda e: flip_last_byte(tensor_file(e)), "corrupt or truncated"),
+    "missing tensor file": (lambda e: tensor_file(e).unlink(), "is missing"),
+    "tensor file not safetensors": (pickled_tensor_file, "not a valid safetensors file"),
+    "case under another name": (
+        lambda e: e.case_path(NODEID).rename(e.case_path("t.py::other")),
+        "of another file name"),
+    "case of another environment": (lambda e: rewrite_case(e, environment="0" * 32),
+                                    "another case or environment"),
+}
+
+
+def test_clean_entry_has_no_faults(entry: Entry) -> None:
+    entry.save_case(recorded_case())
+    entry.save_case(CaseRecord("t.py::absent", "h", status=ABSENT))
+    assert entry.faults() == []
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_each_kind_of_damage_is_one_fault(entry: Entry, damage: str) -> None:
+    entry.save_case(recorded_case())
+    damage_entry, message = DAMAGE[damage]
+    damage_entry(entry)
+    (fault,) = entry.faults()
+    assert message in fault
+
+
+def test_every_damaged_case_is_its_own_fault(entry: Entry) -> None:
+    entry.save_case(recorded_case())
+    entry.save_case(CaseRecord("t.py::absent", "h", status=ABSENT))
+    flip_last_byte(entry.case_path(NODEID))
+    flip_last_byte(entry.case_path("t.py::absent"))
+    assert len(entry.faults()) == 2
+
+
+def test_case_with_malformed_tensor_reference_is_a_fault(entry: Entry) -> None:
+    entry.save_case(recorded_case())
+    rewrite_case(entry, tensors={"file": tensor_file(entry).name})
+    (fault,) = entry.faults()
+    assert "malformed" in fault
+
+
+# save_case replacing tensors
+
+
+def test_saving_a_case_again_keeps_only_its_new_tensor_file(entry: Entry) -> None:
+    entry.save_case(recorded_case())
+    entry.save_case(CaseRecord("t.py::other", "h", outputs=(Output("y", torch.ones(2)),)))
+    other_file = set(entry.cases.glob(f"{case_id('t.py::other')}.*.safetensors"))
+    entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("y", torch.full((2,), 7.0)),)))
+    (kept,) = entry.cases.glob(f"{case_id(NODEID)}.*.safetensors")
+    assert load_verified(entry.case_path(NODEID))["tensors"]["file"] == kept.name
+    assert set(entry.cases.glob(f"{case_id('t.py::other')}.*.safetensors")) == other_file
+
+
+def test_saving_a_case_again_without_tensors_removes_its_tensor_file(entry: Entry) -> None:
+    entry.save_case(recorded_case())
+    entry.save_case(CaseRecord(NODEID, "h", status=ABSENT))
+    assert list(entry.cases.glob("*.safetensors")) == []
+
+
+def test_saved_files_follow_the_umask(entry: Entry) -> None:
+    previous = os.umask(0o022)
+    try:
+        entry.save_case(recorded_case())
+    finally:
+        os.umask(previous)
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in entry.cases.iterdir()}
+    assert modes == {0o644}
+
+
+# lock
+
+
+def test_lock_file_sits_beside_the_entry_folder(tmp_path: Path) -> None:
+    entry = Entry(tmp_path / "new-cache", PARTS)
+    lock = entry.lock()
+    with lock:
+        assert Path(lock.lock_file) == tmp_path / "new-cache" / f"{entry.key}.lock"
+        assert Path(lock.lock_file).is_file()
+
+
+def test_lock_can_be_taken_again_after_release(entry: Entry) -> None:
+    lock = entry.lock()
+    for _ in range(2):
+        with lock:
+            assert lock.is_locked
+        assert not lock.is_locked
+
+
+def test_held_lock_excludes_another_holder(entry: Entry) -> None:
+    other = filelock.FileLock(entry.lock().lock_file, timeout=0)
+    with entry.lock():
+        with pytest.raises(filelock.Timeout):
+            other.acquire()
+    with other:
+        assert other.is_locked

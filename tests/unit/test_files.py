@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import stat
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save
 
 from regression.errors import StoreError
-from regression.files import dump_verified, load_verified, read_checked, write_atomic
+from regression.files import (
+    dump_verified,
+    load_verified,
+    read_checked,
+    verify_safetensors,
+    write_atomic,
+)
 from regression.fingerprint import digest
 
 
@@ -117,3 +128,43 @@ def test_write_atomic_removes_its_temporary_file_on_failure(
         write_atomic(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
+
+
+def safetensors_bytes() -> bytes:
+    return save({"t0": torch.arange(6.0).reshape(2, 3), "t1": torch.tensor([1], dtype=torch.int8)})
+
+
+def test_verify_safetensors_accepts_a_real_file(tmp_path: Path) -> None:
+    data = safetensors_bytes()
+    (tmp_path / "t.safetensors").write_bytes(data)
+    verify_safetensors(tmp_path / "t.safetensors", digest(data))
+
+
+def test_verify_safetensors_refuses_a_wrong_digest(tmp_path: Path) -> None:
+    (tmp_path / "t.safetensors").write_bytes(safetensors_bytes())
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        verify_safetensors(tmp_path / "t.safetensors", digest(b"other"))
+
+
+@pytest.mark.parametrize("content", [pickle.dumps({"t0": [1.0]}), b"", safetensors_bytes()[:-4]],
+                         ids=["pickle", "empty", "truncated"])
+def test_verify_safetensors_refuses_other_content_with_its_right_digest(
+        tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "t.safetensors").write_bytes(content)
+    with pytest.raises(StoreError, match="not a valid safetensors file"):
+        verify_safetensors(tmp_path / "t.safetensors", digest(content))
+
+
+def test_verify_safetensors_of_a_missing_file_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="is missing"):
+        verify_safetensors(tmp_path / "absent.safetensors", digest(b""))
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_write_atomic_file_mode_follows_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    previous = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "file.bin", b"data")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "file.bin").stat().st_mode) == mode

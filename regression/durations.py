@@ -1,0 +1,30 @@
+"""The seconds each case took, kept in a JSON file for balancing shards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping
+
+from .errors import ShardError
+from .files import write_atomic
+
+
+def read_durations(path: Path) -> dict[str, float]:
+    """Case id -> seconds; empty when the file does not exist."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return {str(k): float(v) for k, v in data.items()}
+    except (ValueError, TypeError, OSError) as exc:
+        raise ShardError(f"{path} is not a durations file ({exc}); delete it and run "
+                         "`invoke test --store-durations` to record it again") from None
+
+
+def store_durations(path: Path, measured: Mapping[str, float]) -> None:
+    """Merge `measured` into the file, atomically, keys sorted for small diffs."""
+    merged = {**read_durations(path), **{k: round(v, 4) for k, v in measured.items()}}
+    write_atomic(path, (json.dumps(merged, sort_keys=True, indent=1) + "\n").encode())

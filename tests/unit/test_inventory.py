@@ -1,0 +1,321 @@
+"""Tests of regression.inventory: parsing options, listing, verifying, pruning and clearing."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import filelock
+import pytest
+import torch
+
+from regression.cache import CaseRecord, Entry, Output
+from regression.errors import RegressionError
+from regression.inventory import (
+    clear,
+    entries,
+    folder_size,
+    human_size,
+    list_lines,
+    parse_age,
+    parse_size,
+    prune,
+    remove_entry,
+    verify,
+)
+
+REFERENCE = "0123456789abcdef0123456789abcdef01234567"
+PARTS = {"format": "1", "reference": REFERENCE, "torch": "2.x", "threads": "1"}
+NODEID = "tests/test_model.py::test_forward"
+DAY = 86400.0
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+def make_entry(cache_dir: Path, used: float | None = None, **changes: str) -> Entry:
+    """An entry holding one case with a tensor, last used at `used` when given."""
+    entry = Entry(cache_dir, {**PARTS, **changes})
+    entry.create()
+    entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("y", torch.arange(4.0)),)))
+    if used is not None:
+        entry.touch()
+        os.utime(entry.directory / "last-used", (used, used))
+    return entry
+
+
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def unreadable_folder(cache_dir: Path, name: str = "junk") -> Path:
+    folder = cache_dir / name
+    folder.mkdir(parents=True)
+    (folder / "entry.json").write_bytes(b"garbage")
+    return folder
+
+
+# parse_size, parse_age, human_size
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    ("500M", 500 << 20), ("2G", 2 << 30), ("1024", 1024), ("1.5K", 1536), ("10MB", 10 << 20),
+    ("3GiB", 3 << 30), ("2g", 2 << 30), ("1T", 1 << 40), ("100B", 100), (" 5 K ", 5 << 10),
+    ("0", 0),
+])
+def test_parse_size_reads_bytes_with_binary_units(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "-1G", "", "5X", "1.5.2M", "G", "2 GB extra"])
+def test_parse_size_refuses_what_is_not_a_size_naming_the_option(text: str) -> None:
+    with pytest.raises(RegressionError, match=re.escape(f"--max-size {text!r} is not a size")):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("30d", 30 * DAY), ("12h", 12 * 3600.0), ("90m", 5400.0), ("2w", 14 * DAY), ("45s", 45.0),
+    ("1.5h", 5400.0), (" 2 D ", 2 * DAY),
+])
+def test_parse_age_reads_seconds(text: str, seconds: float) -> None:
+    assert parse_age(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["3 years", "", "10", "-1d", "5y", "d"])
+def test_parse_age_refuses_what_is_not_an_age_naming_the_option(text: str) -> None:
+    with pytest.raises(RegressionError, match=re.escape(f"--older-than {text!r} is not an age")):
+        parse_age(text)
+
+
+@pytest.mark.parametrize(("size", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (5 << 20, "5.0 MiB"),
+    (3 << 30, "3.0 GiB"), (2048 << 30, "2048.0 GiB"),
+])
+def test_human_size(size: int, text: str) -> None:
+    assert human_size(size) == text
+
+
+def test_human_size_never_shows_1024_of_a_unit() -> None:
+    assert human_size((1 << 20) - 1) == "1.0 MiB"
+
+
+# entries
+
+
+def test_entries_of_a_missing_or_empty_folder_are_none(cache: Path) -> None:
+    assert entries(cache) == []
+    cache.mkdir()
+    assert entries(cache) == []
+
+
+def test_entries_describe_each_entry_folder_and_nothing_else(cache: Path) -> None:
+    first, second = make_entry(cache, threads="1"), make_entry(cache, threads="2")
+    with first.lock():
+        pass  # leaves a lock file beside the folders, which is no entry
+    found = entries(cache)
+    assert sorted(i.directory for i in found) == sorted([first.directory, second.directory])
+    for info in found:
+        assert info.entry is not None and info.entry.directory == info.directory
+        assert (info.cases, info.fault) == (1, "")
+        assert info.size == folder_size(info.directory) > 0
+
+
+def test_entries_are_ordered_least_recently_used_first(cache: Path) -> None:
+    middle = make_entry(cache, used=2000.0, threads="1")
+    newest = make_entry(cache, used=3000.0, threads="2")
+    oldest = make_entry(cache, used=1000.0, threads="3")
+    found = entries(cache)
+    assert [i.directory for i in found] == [oldest.directory, middle.directory, newest.directory]
+    assert [i.last_used for i in found] == [1000.0, 2000.0, 3000.0]
+
+
+def test_unreadable_entry_folder_is_listed_with_its_fault(cache: Path) -> None:
+    make_entry(cache)
+    folder = unreadable_folder(cache)
+    (bad,) = [i for i in entries(cache) if i.directory == folder]
+    assert bad.entry is None
+    assert "corrupt or truncated" in bad.fault
+    assert bad.cases == 0
+
+
+def test_folder_without_identity_file_is_listed_as_missing_it(cache: Path) -> None:
+    (cache / "stray").mkdir(parents=True)
+    (info,) = entries(cache)
+    assert info.entry is None and "is missing" in info.fault
+
+
+# list_lines
+
+
+def test_list_of_an_empty_cache_says_so(cache: Path) -> None:
+    assert list_lines(cache) == [f"no cache entries in {cache}"]
+
+
+def test_list_has_a_header_and_one_row_per_entry(cache: Path) -> None:
+    make_entry(cache, used=1000.0, threads="1")
+    make_entry(cache, used=2000.0, threads="2")
+    unreadable_folder(cache)
+    lines = list_lines(cache)
+    assert len(lines) == 4
+    assert lines[0].startswith("reference") and lines[0].endswith("distinguished by")
+
+
+def test_list_distinguishes_entries_only_by_the_parts_that_differ(cache: Path) -> None:
+    old = make_entry(cache, used=1000.0, threads="1", reference="f" * 40)
+    make_entry(cache, used=2000.0, threads="2")
+    header, first, second = list_lines(cache)
+    assert first.startswith("f" * 12 + "  " + old.key[:16])
+    assert second.startswith(REFERENCE[:12])
+    assert first.endswith("threads=1") and second.endswith("threads=2")
+    assert "torch=" not in first + second and "reference=" not in first + second
+
+
+def test_list_of_entries_differing_only_by_reference_distinguishes_nothing(cache: Path) -> None:
+    make_entry(cache, used=1000.0, reference="a" * 40)
+    make_entry(cache, used=2000.0, reference="b" * 40)
+    assert [line.endswith("  -") for line in list_lines(cache)[1:]] == [True, True]
+
+
+def test_list_marks_an_unreadable_entry(cache: Path) -> None:
+    unreadable_folder(cache)
+    (row,) = list_lines(cache)[1:]
+    assert row.startswith("?") and "UNREADABLE:" in row and "corrupt or truncated" in row
+
+
+# verify
+
+
+def case_file(entry: Entry) -> Path:
+    return entry.case_path(NODEID)
+
+
+def tensor_file(entry: Entry) -> Path:
+    (path,) = entry.cases.glob("*.safetensors")
+    return path
+
+
+def test_verify_of_a_clean_cache_finds_nothing(cache: Path) -> None:
+    make_entry(cache, threads="1")
+    make_entry(cache, threads="2")
+    assert verify(cache) == []
+
+
+def test_verify_reports_a_flipped_byte_in_a_case_file(cache: Path) -> None:
+    entry = make_entry(cache)
+    flip_last_byte(case_file(entry))
+    (fault,) = verify(cache)
+    assert str(case_file(entry)) in fault and "corrupt or truncated" in fault
+
+
+def test_verify_reports_a_flipped_byte_in_a_tensor_file(cache: Path) -> None:
+    entry = make_entry(cache)
+    path = tensor_file(entry)
+    flip_last_byte(path)
+    (fault,) = verify(cache)
+    assert str(path) in fault and "corrupt or truncated" in fault
+
+
+def test_verify_reports_a_folder_named_for_another_fingerprint(cache: Path) -> None:
+    entry = make_entry(cache)
+    entry.directory.rename(cache / ("f" * 32))
+    (fault,) = verify(cache)
+    assert "foreign" in fault and str(cache / ("f" * 32)) in fault
+
+
+def test_verify_reports_each_fault_once(cache: Path) -> None:
+    first, second = make_entry(cache, threads="1"), make_entry(cache, threads="2")
+    flip_last_byte(case_file(first))
+    flip_last_byte(tensor_file(second))
+    unreadable_folder(cache)
+    assert len(verify(cache)) == 3
+
+
+# prune, clear, remove_entry
+
+
+def three_entries(cache: Path) -> list[Entry]:
+    """Entries used one day apart, oldest first."""
+    return [make_entry(cache, used=1000.0 + n * DAY, threads=str(n)) for n in range(3)]
+
+
+def test_prune_by_age_removes_entries_unused_for_longer(cache: Path) -> None:
+    old, middle, new = three_entries(cache)
+    removed = prune(cache, max_size=None, older_than=1.5 * DAY, now=1000.0 + 2 * DAY)
+    assert [i.directory for i in removed] == [old.directory]
+    assert not old.directory.exists()
+    assert middle.directory.exists() and new.directory.exists()
+
+
+def test_prune_by_size_removes_least_recently_used_until_under_the_limit(cache: Path) -> None:
+    old, middle, new = three_entries(cache)
+    sizes = [i.size for i in entries(cache)]
+    removed = prune(cache, max_size=sum(sizes) - 1, older_than=None)
+    assert [i.directory for i in removed] == [old.directory]
+    assert [i.directory for i in entries(cache)] == [middle.directory, new.directory]
+
+
+def test_prune_by_size_removes_as_many_as_needed(cache: Path) -> None:
+    old, middle, new = three_entries(cache)
+    newest_size = entries(cache)[-1].size
+    removed = prune(cache, max_size=newest_size, older_than=None)
+    assert [i.directory for i in removed] == [old.directory, middle.directory]
+    assert [i.directory for i in entries(cache)] == [new.directory]
+
+
+def test_prune_to_size_zero_removes_every_entry(cache: Path) -> None:
+    made = three_entries(cache)
+    removed = prune(cache, max_size=0, older_than=None)
+    assert [i.directory for i in removed] == [e.directory for e in made]
+    assert entries(cache) == []
+
+
+def test_prune_within_both_limits_removes_nothing(cache: Path) -> None:
+    three_entries(cache)
+    total = folder_size(cache)
+    assert prune(cache, max_size=total, older_than=10 * DAY, now=1000.0 + 3 * DAY) == []
+    assert prune(cache, max_size=None, older_than=None) == []
+    assert len(entries(cache)) == 3
+
+
+def test_clear_removes_every_entry_and_keeps_the_cache_folder(cache: Path) -> None:
+    made = three_entries(cache)
+    unreadable_folder(cache)
+    removed = clear(cache)
+    assert len(removed) == 4
+    assert not any(e.directory.exists() for e in made)
+    assert [p.name for p in cache.iterdir() if p.is_dir()] == []
+
+
+def test_remove_entry_removes_the_folder_and_keeps_its_lock_file(cache: Path) -> None:
+    entry = make_entry(cache)
+    with entry.lock():
+        pass
+    remove_entry(entry.directory)
+    assert not entry.directory.exists()
+    assert (cache / f"{entry.key}.lock").exists()  # removing it would race with waiters
+
+
+def test_remove_entry_unlinks_the_identity_file_first_while_holding_the_lock(
+        cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = make_entry(cache)
+    seen: dict[str, bool] = {}
+
+    def interrupted_rmtree(path: Path, **kwargs: object) -> None:
+        seen["identity"] = (Path(path) / "entry.json").exists()
+        try:
+            filelock.FileLock(str(cache / f"{entry.key}.lock"), timeout=0).acquire()
+            seen["locked"] = False
+        except filelock.Timeout:
+            seen["locked"] = True
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted_rmtree)
+    remove_entry(entry.directory)
+    assert seen == {"identity": False, "locked": True}
+    (info,) = entries(cache)  # the half-removed entry is never read as valid
+    assert info.entry is None and "entry.json is missing" in info.fault
