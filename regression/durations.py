@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Mapping
 
@@ -18,6 +19,10 @@ def read_durations(path: Path) -> dict[str, float]:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise ValueError("not an object")
+        for name, value in data.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name!r}: {value!r} is not a number of seconds")
         return {str(k): float(v) for k, v in data.items()}
     except (ValueError, TypeError, OSError) as exc:
         raise ShardError(f"{path} is not a durations file ({exc}); delete it and run "

@@ -59,6 +59,8 @@ def assign(cases: Iterable[str], count: int, durations: Mapping[str, float] | No
     a stable hash. Depends only on the set of cases, never on their order.
     """
     durations, pins = durations or {}, pins or {}
+    if count < 1:
+        raise ShardError(f"there must be at least one shard, not {count}")
     for pattern, number in pins.items():
         if not 1 <= number <= count:
             raise ShardError(f"the pin {pattern!r} in config.yaml names shard {number}, "
@@ -74,7 +76,7 @@ def assign(cases: Iterable[str], count: int, durations: Mapping[str, float] | No
         else:
             shards[shard - 1].append(case)
             loads[shard - 1] += seconds[case]
-    if any(c in durations for c in free):
+    if any(c in durations for c in seconds):
         for case in sorted(free, key=lambda c: (-seconds[c], c)):
             target = min(range(count), key=lambda i: (loads[i], i))
             shards[target].append(case)

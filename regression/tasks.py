@@ -102,7 +102,7 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
                                          store_durations)))
 
 
-def _compare(reference: str, candidate: str, shard_spec: str | None, strict: bool,
+def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
              junitxml: str | None) -> int:
     spec = parse_shard(shard_spec) if shard_spec else None
     with candidate_checkout(_settings(), candidate) as (settings, subject_root):
@@ -112,13 +112,13 @@ def _compare(reference: str, candidate: str, shard_spec: str | None, strict: boo
 
 
 @task(help={
-    "reference": "the reference revision",
+    "reference": REFERENCE_HELP + " (default: config.yaml's)",
     "candidate": "the candidate revision: its tests drive both runs",
     "shard": SHARD_HELP,
     "strict": "fail cases that are not in the reference instead of skipping them",
     "junitxml": "also write a JUnit XML report to this path",
 })
-def compare(c: Context, reference: str, candidate: str, shard: str | None = None,
+def compare(c: Context, candidate: str, reference: str | None = None, shard: str | None = None,
             strict: bool = False, junitxml: str | None = None) -> None:
     """Check one revision against another, both checked out as worktrees."""
     _exit_with(_translate(lambda: _compare(reference, candidate, shard, strict, junitxml)))

@@ -326,3 +326,83 @@ def test_dotted_subject_package_is_rejected(tmp_path: Path) -> None:
         load_settings(path)
     assert "subject.packages" in str(error.value)
     assert "top-level package" in str(error.value)
+
+
+# --- shards --------------------------------------------------------------------------------
+
+def test_durations_file_defaults_to_the_config_folder(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, MINIMAL))
+    assert settings.durations_setting == ".regression-durations.json"
+    assert settings.durations_file == tmp_path.resolve() / ".regression-durations.json"
+    assert settings.pins == {}
+
+
+def test_empty_shards_section_gets_the_defaults(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, MINIMAL + "shards:\n"))
+    assert settings.durations_file == tmp_path.resolve() / ".regression-durations.json"
+    assert settings.pins == {}
+
+
+def test_custom_durations_path_is_relative_to_the_config_folder(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, MINIMAL + "shards: {durations: ci/times.json}\n"))
+    assert settings.durations_setting == "ci/times.json"
+    assert settings.durations_file == tmp_path.resolve() / "ci" / "times.json"
+
+
+def test_pins_are_read_as_a_mapping_in_file_order(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, MINIMAL + (
+        "shards:\n"
+        "  pins:\n"
+        "    'tests/test_zoo.py::*vit*': 2\n"
+        "    'tests/test_zoo.py::*': 1\n")))
+    assert dict(settings.pins) == {"tests/test_zoo.py::*vit*": 2, "tests/test_zoo.py::*": 1}
+    assert list(settings.pins) == ["tests/test_zoo.py::*vit*", "tests/test_zoo.py::*"]
+
+
+@pytest.mark.parametrize(
+    ("pins", "words"),
+    [
+        ("{'*vit*': 0}", "to a shard number from 1"),
+        ("{'*vit*': -2}", "to a shard number from 1"),
+        ("{'*vit*': two}", "to a shard number from 1"),
+        ("{'*vit*': true}", "to a shard number from 1"),
+        ("{'*vit*': 1.5}", "to a shard number from 1"),
+        ("{1: 2}", "to a shard number from 1"),
+        ("['*vit*']", "must be a mapping of test id pattern: shard number"),
+        ("'*vit*'", "must be a mapping of test id pattern: shard number"),
+    ],
+    ids=["zero", "negative", "word", "boolean", "float", "number-pattern", "list", "string"],
+)
+def test_bad_pins_name_the_setting(tmp_path: Path, pins: str, words: str) -> None:
+    error = config_error(tmp_path, MINIMAL + f"shards: {{pins: {pins}}}\n")
+    assert error.key == "shards.pins"
+    assert "shards.pins: " in str(error)
+    assert words in str(error)
+
+
+@pytest.mark.parametrize(("setting", "key"), [("shards: {duration: a.json}", "shards.duration"),
+                                              ("shards: {pin: {'*': 1}}", "shards.pin")])
+def test_unknown_shards_setting_is_rejected_by_name(
+        tmp_path: Path, setting: str, key: str) -> None:
+    error = config_error(tmp_path, MINIMAL + setting + "\n")
+    assert error.key == key
+    assert "unknown setting" in str(error)
+    assert "durations, pins" in str(error)
+
+
+@pytest.mark.parametrize("path", ["/abs/durations.json", "../durations.json", "ci/../../d.json"])
+def test_durations_path_must_stay_inside_the_project(tmp_path: Path, path: str) -> None:
+    error = config_error(tmp_path, MINIMAL + f"shards: {{durations: '{path}'}}\n")
+    assert error.key == "shards.durations"
+    assert "must be relative" in str(error)
+
+
+@pytest.mark.parametrize(("setting", "key", "words"), [
+    ("shards: {durations: [a.json]}", "shards.durations", "a path relative to the config"),
+    ("shards: [a]", "shards", "must be a mapping"),
+])
+def test_shards_settings_of_the_wrong_type_are_rejected(
+        tmp_path: Path, setting: str, key: str, words: str) -> None:
+    error = config_error(tmp_path, MINIMAL + setting + "\n")
+    assert error.key == key
+    assert words in str(error)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from regression.errors import ShardError
 from regression.shard import ShardSpec, assign, estimate, parse_shard, select, table
 
-PROPERTY = settings(max_examples=200, deadline=None, database=None)
+PROPERTY = settings(max_examples=100, deadline=None, database=None)
 
 
 # --- parse_shard ---------------------------------------------------------------------------
@@ -43,22 +43,25 @@ case_ids = st.builds(lambda f, name: f"t{f}.py::{name}",
 case_lists = st.lists(case_ids, max_size=60)
 
 
-def pattern_for(data: st.DataObject, cases: list[str]) -> tuple[str, Callable[[str], bool]]:
+def pattern_for(draw: st.DrawFn, cases: list[str]) -> tuple[str, Callable[[str], bool]]:
     """A pin pattern and, independently of fnmatch, which ids it matches."""
-    kind = data.draw(st.sampled_from(["exact", "file", "letter"] if cases else ["file", "letter"]))
+    kind = draw(st.sampled_from(["exact", "file", "letter"] if cases else ["file", "letter"]))
     if kind == "exact":
-        case = data.draw(st.sampled_from(cases))
+        case = draw(st.sampled_from(cases))
         return case, lambda c: c == case
     if kind == "file":
-        prefix = f"t{data.draw(st.integers(0, 3))}.py::"
+        prefix = f"t{draw(st.integers(0, 3))}.py::"
         return prefix + "*", lambda c: c.startswith(prefix)
-    letter = data.draw(st.sampled_from("abcxyz"))
-    return f"*{letter}*", lambda c: letter in c.split("::")[1]
+    letter = draw(st.sampled_from("abcxyz"))
+    return f"*{letter}*", lambda c: letter in c
+
+
+Problem = tuple[list[str], int, dict[str, float] | None, dict[str, int] | None,
+                list[Callable[[str], bool]]]
 
 
 @st.composite
-def problems(draw: st.DrawFn) -> tuple[list[str], int, dict[str, float] | None,
-                                       dict[str, int] | None, list[Callable[[str], bool]]]:
+def problems(draw: st.DrawFn) -> Problem:
     """(cases, count, durations or None, pins or None, the matcher of each pin in order)."""
     cases = draw(case_lists)
     count = draw(st.integers(1, 8))
@@ -67,12 +70,12 @@ def problems(draw: st.DrawFn) -> tuple[list[str], int, dict[str, float] | None,
         timed = draw(st.lists(st.sampled_from(cases), unique=True)) if cases else []
         seconds = st.floats(0, 1e4, allow_nan=False, allow_infinity=False)
         durations = {case: draw(seconds) for case in timed}
-    pins, matchers = None, []
+    pins: dict[str, int] | None = None
+    matchers: list[Callable[[str], bool]] = []
     if draw(st.booleans()):
         pins = {}
-        data = draw(st.data())
         for _ in range(draw(st.integers(1, 4))):
-            pattern, matcher = pattern_for(data, cases)
+            pattern, matcher = pattern_for(draw, cases)
             if pattern not in pins:
                 pins[pattern] = draw(st.integers(1, count))
                 matchers.append(matcher)
@@ -83,7 +86,7 @@ def problems(draw: st.DrawFn) -> tuple[list[str], int, dict[str, float] | None,
 
 @PROPERTY
 @given(problems())
-def test_every_case_is_in_exactly_one_of_count_shards(problem) -> None:
+def test_every_case_is_in_exactly_one_of_count_shards(problem: Problem) -> None:
     cases, count, durations, pins, _ = problem
     shards = assign(cases, count, durations, pins)
     assert len(shards) == count
@@ -93,7 +96,7 @@ def test_every_case_is_in_exactly_one_of_count_shards(problem) -> None:
 
 @PROPERTY
 @given(problems(), st.data())
-def test_assignment_ignores_order_and_duplicates(problem, data: st.DataObject) -> None:
+def test_assignment_ignores_order_and_duplicates(problem: Problem, data: st.DataObject) -> None:
     cases, count, durations, pins, _ = problem
     shuffled = data.draw(st.permutations(cases))
     repeated = shuffled + data.draw(st.lists(st.sampled_from(cases))) if cases else shuffled
@@ -102,7 +105,7 @@ def test_assignment_ignores_order_and_duplicates(problem, data: st.DataObject) -
 
 @PROPERTY
 @given(problems())
-def test_select_is_the_shard_of_assign(problem) -> None:
+def test_select_is_the_shard_of_assign(problem: Problem) -> None:
     cases, count, durations, pins, _ = problem
     shards = assign(cases, count, durations, pins)
     for index in range(1, count + 1):
@@ -111,7 +114,7 @@ def test_select_is_the_shard_of_assign(problem) -> None:
 
 @PROPERTY
 @given(problems())
-def test_pinned_cases_land_on_the_first_matching_pins_shard(problem) -> None:
+def test_pinned_cases_land_on_the_first_matching_pins_shard(problem: Problem) -> None:
     cases, count, durations, pins, matchers = problem
     shards = assign(cases, count, durations, pins)
     shard_of = {case: number for number, shard in enumerate(shards, 1) for case in shard}
@@ -124,7 +127,7 @@ def test_pinned_cases_land_on_the_first_matching_pins_shard(problem) -> None:
 
 @PROPERTY
 @given(problems())
-def test_table_sums_to_the_totals(problem) -> None:
+def test_table_sums_to_the_totals(problem: Problem) -> None:
     cases, count, durations, pins, _ = problem
     rows = table(cases, count, durations, pins)
     assert [row[0] for row in rows] == list(range(1, count + 1))
@@ -220,11 +223,11 @@ def test_durations_of_other_cases_only_fall_back_to_the_hash() -> None:
     assert assign(CASES, 3, {"tests/test_gone.py::x": 5.0}) == hashed(CASES, 3)
 
 
-def test_hash_of_a_known_id_is_fixed() -> None:
-    # A literal, so that changing the hash (and thus every CI split) is a visible decision.
-    case = "tests/test_zoo.py::test_forward[model-0]"
-    assert xxhash.xxh64_intdigest(case.encode()) % 4 == [
-        i for i, shard in enumerate(assign([case], 4)) if shard][0]
+def test_hash_split_of_known_ids_is_fixed() -> None:
+    # Literals, so that changing the hash (and with it every CI split) is a visible decision.
+    assert xxhash.xxh64_intdigest(b"t.py::a") == 11759560562226966496  # % 4 == 0
+    assert xxhash.xxh64_intdigest(b"t.py::b") == 11356843884774148426  # % 4 == 2
+    assert assign(["t.py::b", "t.py::a"], 4) == [["t.py::a"], [], ["t.py::b"], []]
 
 
 # --- edges ---------------------------------------------------------------------------------
@@ -241,12 +244,10 @@ def test_more_shards_than_cases_leaves_some_empty() -> None:
     assert shards == [["t.py::b"], ["t.py::a"], [], [], []]
 
 
-def test_more_shards_than_cases_without_durations_places_every_case_once() -> None:
+def test_more_shards_than_cases_without_durations_leaves_some_empty() -> None:
     shards = assign(["t.py::a", "t.py::b"], 8)
-    assert len(shards) == 8
-    assert sum(shards, []) == sorted(sum(shards, [])) or sorted(sum(shards, [])) == [
-        "t.py::a", "t.py::b"]
-    assert sum(1 for shard in shards if not shard) >= 6
+    assert shards == hashed(["t.py::a", "t.py::b"], 8)
+    assert sum(1 for shard in shards if not shard) == 6
 
 
 @pytest.mark.parametrize("shard", [5, 0])

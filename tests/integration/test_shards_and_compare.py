@@ -1,0 +1,69 @@
+"""Shards on gen/test, durations, and `invoke compare` of two revisions."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import SUBJECT, Repo, output
+
+PARAMETRIZED = """\
+import pytest
+import subj
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_scaled(n, regression):
+    regression.check(subj.forward(regression.randn(2, 4)) * n, name="scaled")
+"""
+
+
+def test_shards_split_the_cases_and_an_empty_shard_passes(subject_repo: Repo) -> None:
+    seen = []
+    for spec in ("1/3", "2/3", "3/3"):
+        done = subject_repo.invoke("test", "--shard", spec)
+        assert done.returncode == 0, output(done)
+        seen.append(int(done.stdout.split(f"shard {spec}: ", 1)[1].split()[0]))
+    assert sorted(seen) == [0, 0, 1]  # one regression case, in exactly one shard
+
+
+def test_durations_are_stored_and_balance_the_shards(subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_many.py", PARAMETRIZED)
+    done = subject_repo.invoke("test", "--store-durations")
+    assert done.returncode == 0, output(done)
+    durations = json.loads((subject_repo.path / ".regression-durations.json").read_text())
+    assert len(durations) == 7 and all(v >= 0 for v in durations.values())
+    table = subject_repo.invoke("shards", "--count", "3")
+    assert "7 cases, 7 with recorded durations" in table.stdout, output(table)
+    counts = [int(line.split()[1]) for line in table.stdout.splitlines()[-3:]]
+    assert sum(counts) == 7 and max(counts) - min(counts) <= 2
+
+
+def test_pinned_cases_go_to_their_shard(subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_many.py", PARAMETRIZED)
+    config = (subject_repo.path / "config.yaml").read_text()
+    subject_repo.write("config.yaml", config + "shards:\n  pins:\n    '*test_scaled*': 2\n")
+    done = subject_repo.invoke("key", "--shard", "2/2", "--explain")
+    assert done.returncode == 0, output(done)
+    assert "harness: 6 cases" in done.stdout or "harness: 7 cases" in done.stdout
+    bad = subject_repo.invoke("key", "--shard", "1/1")
+    assert bad.returncode == 2 and "names shard 2, but there are 1 shards" in bad.stderr
+
+
+def test_compare_two_revisions_in_worktrees(subject_repo: Repo) -> None:
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
+    subject_repo.commit("double")
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="3.0"))  # uncommitted
+    before = subject_repo.snapshot()
+    changed = subject_repo.invoke("compare", "--reference", "v1", "--candidate", "HEAD")
+    assert changed.returncode == 1, output(changed)
+    assert "1 changed" in changed.stdout
+    same = subject_repo.invoke("compare", "--reference", "v1", "--candidate", "HEAD~1")
+    assert same.returncode == 0, output(same)  # the working tree's edit plays no part
+    assert "1 identical" in same.stdout
+    assert subject_repo.snapshot() == before
+
+
+def test_compare_needs_a_known_candidate(subject_repo: Repo) -> None:
+    done = subject_repo.invoke("compare", "--reference", "v1", "--candidate", "nope")
+    assert done.returncode == 2
+    assert "revision 'nope' does not exist" in done.stderr
