@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from .compare import Difference
+if TYPE_CHECKING:
+    from .compare import Difference
 
 IDENTICAL = "identical"
 CHANGED = "changed"

@@ -7,6 +7,7 @@ import json
 import os
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,13 +17,15 @@ from .config import Settings, find_config, load_settings
 from .durations import store_durations
 from .errors import RegressionError, StoreError
 from .fingerprint import environment_parts
-from .fixture import CheckSink, RecordSink, Regression
 from .harness import HarnessDigests, extra_harness_files
 from .importer import install_redirect, verify_origins
 from .job import Job
 from .report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, markdown_summary, \
     summary_lines
 from .revision import open_repo, resolve_revision, short
+
+if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
+    from .fixture import CheckSink, RecordSink, Regression
 
 FIXTURE = "regression"
 FINISH_ERROR = pytest.StashKey[str]()
@@ -100,6 +103,8 @@ class Recorder:
             self.collect_errors[report.nodeid] = _reason(report)  # type: ignore[arg-type]
 
     def fixture(self, item: pytest.Item) -> Regression:
+        from .fixture import RecordSink, Regression
+
         sink = self.sinks.setdefault(item.nodeid, RecordSink())
         return Regression(item.nodeid, self.settings.determinism.seed, sink)
 
@@ -210,6 +215,8 @@ class Checker:
             raise pytest.UsageError(f"torch-regression: {exc}") from None
 
     def fixture(self, item: pytest.Item) -> Regression:
+        from .fixture import CheckSink, Regression
+
         assert self.entry is not None
         record = self._record(item)
         sink = self.sinks[item.nodeid] = CheckSink(record, self.label)

@@ -55,19 +55,15 @@ def test_truncated_verified_file_is_detected(tmp_path: Path, keep: int) -> None:
         load_verified(tmp_path / "case.json")
 
 
-def test_verified_json_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
-    content = b"[1, 2]"
+@pytest.mark.parametrize(("content", "message"), [
+    (b"[1, 2]", "does not hold a JSON object"),
+    (b"{not json", "not valid JSON"),
+])
+def test_verified_file_with_matching_hash_but_bad_content_is_refused(
+        tmp_path: Path, content: bytes, message: str) -> None:
     (tmp_path / "case.json").write_bytes(b"torch-regression " + digest(content).encode()
                                          + b"\n" + content)
-    with pytest.raises(StoreError, match="does not hold a JSON object"):
-        load_verified(tmp_path / "case.json")
-
-
-def test_verified_file_with_matching_hash_but_bad_json_is_refused(tmp_path: Path) -> None:
-    content = b"{not json"
-    (tmp_path / "case.json").write_bytes(b"torch-regression " + digest(content).encode()
-                                         + b"\n" + content)
-    with pytest.raises(StoreError, match="not valid JSON"):
+    with pytest.raises(StoreError, match=message):
         load_verified(tmp_path / "case.json")
 
 
