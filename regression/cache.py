@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,12 +161,16 @@ class Entry:
                 old.unlink(missing_ok=True)
 
     def _load_body(self, nodeid: str) -> dict[str, Any] | None:
+        """A case's record, its shape checked; None when absent, StoreError when untrusted."""
         path = self.case_path(nodeid)
         if not path.exists():
             return None
         body = load_verified(path)
         if body.get("nodeid") != nodeid or body.get("environment") != self.key:
             raise StoreError(f"{path} belongs to another case or environment")
+        problem = _shape_problem(body)
+        if problem:
+            raise StoreError(f"{path} is malformed: {problem}")
         return body
 
     def valid_harness(self, nodeid: str) -> str | None:
@@ -173,12 +178,9 @@ class Entry:
         body = self._load_body(nodeid)
         if body is None:
             return None
-        tensors = body.get("tensors")
-        if tensors:
-            if not isinstance(tensors, dict) or not {"file", "digest"} <= tensors.keys():
-                raise StoreError(f"{self.case_path(nodeid)} is malformed: bad tensors field")
-            verify_safetensors(self.cases / str(tensors["file"]), str(tensors["digest"]))
-        return str(body.get("harness"))
+        if body["tensors"]:
+            verify_safetensors(self.cases / body["tensors"]["file"], body["tensors"]["digest"])
+        return str(body["harness"])
 
     def load_case(self, nodeid: str) -> CaseRecord | None:
         """The stored case, None when there is none; StoreError when it cannot be trusted."""
@@ -194,7 +196,30 @@ class Entry:
                                             body["tensors"]["digest"])
             outputs = tuple(Output(o["name"], decode(o["value"], tensors))
                             for o in body["outputs"])
-            return CaseRecord(nodeid=nodeid, harness=body["harness"], status=body["status"],
-                              reason=body["reason"], outputs=outputs)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
             raise StoreError(f"{self.case_path(nodeid)} is malformed: {exc!r}") from None
+        return CaseRecord(nodeid=nodeid, harness=body["harness"], status=body["status"],
+                          reason=body["reason"], outputs=outputs)
+
+
+_TENSOR_FILE = re.compile(r"[0-9a-f]{16}\.[0-9a-f]{16}\.safetensors")
+
+
+def _shape_problem(body: dict[str, Any]) -> str:
+    """What is wrong with the fields of a case record, "" when nothing."""
+    if body.get("status") not in (RECORDED, ABSENT):
+        return f"unknown status {body.get('status')!r}"
+    if not isinstance(body.get("harness"), str) or not isinstance(body.get("reason"), str):
+        return "harness and reason must be strings"
+    outputs = body.get("outputs")
+    if not isinstance(outputs, list) or not all(
+            isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("value"),
+                                                                                dict)
+            for o in outputs):
+        return "outputs must be a list of named values"
+    tensors = body.get("tensors")
+    if tensors is not None and not (
+            isinstance(tensors, dict) and isinstance(tensors.get("digest"), str)
+            and isinstance(tensors.get("file"), str) and _TENSOR_FILE.fullmatch(tensors["file"])):
+        return "bad tensors field"
+    return ""

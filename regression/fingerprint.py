@@ -26,6 +26,8 @@ KERNEL_VARIABLES = (
     "DNNL_MAX_CPU_ISA",
     "ONEDNN_DEFAULT_FPMATH_MODE",
     "TORCH_MKLDNN_MATMUL_MIN_DIM",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_TF32_OVERRIDE",
 )
 
 
@@ -41,6 +43,7 @@ def environment_parts(settings: Settings, reference_sha: str) -> dict[str, str]:
         "torch": f"{torch.__version__} (git {torch.version.git_version})",
         "packages": _package_versions(settings.fingerprint_packages),
         "platform": f"{platform.system().lower()} {platform.machine()}",
+        "subject": f"{', '.join(settings.subject_packages)} from {settings.subject_path}",
         "cpu": f"{torch.backends.cpu.get_cpu_capability()}; {_cpu_model()}",
         "math libraries": _math_libraries(torch.__config__.show()),
         "kernel variables": _kernel_variables(os.environ),
@@ -105,6 +108,14 @@ def _package_versions(names: Iterable[str]) -> str:
     return "; ".join(versions) or "none"
 
 
+_CPU_FIELDS = {  # /proc/cpuinfo field -> label in the key; x86 first, then Arm
+    "vendor_id": "", "model name": "", "cpu family": "family", "model": "model",
+    "stepping": "stepping", "CPU implementer": "implementer", "CPU part": "part",
+    "CPU variant": "variant", "CPU revision": "revision",
+}
+_CPU_FEATURES = ("flags", "Features")  # instruction-set extensions pick MKL/oneDNN paths
+
+
 def _cpu_model() -> str:
     fields: dict[str, str] = {}
     try:
@@ -113,10 +124,12 @@ def _cpu_model() -> str:
         text = ""
     for line in text.splitlines():
         name, _, value = line.partition(":")
-        name = name.strip()
-        if name in ("vendor_id", "model name", "CPU implementer", "CPU part") and name not in fields:
-            fields[name] = value.strip()
-    return "; ".join(fields.values()) or platform.processor() or "unknown"
+        fields.setdefault(name.strip(), value.strip())
+    described = [f"{label} {fields[name]}".strip() for name, label in _CPU_FIELDS.items()
+                 if name in fields]
+    described += [f"{name} {digest(fields[name].encode())[:12]}" for name in _CPU_FEATURES
+                  if name in fields]
+    return "; ".join(described) or platform.processor() or "unknown"
 
 
 _LIBRARY_PATTERNS = (

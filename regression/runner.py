@@ -17,7 +17,7 @@ import git
 
 from . import shard
 from .cache import Entry
-from .config import Settings, load_settings
+from .config import CACHE_DIR_ENV, Settings, load_settings
 from .durations import read_durations
 from .errors import CacheError, CollectionError, ConfigError, ImportRedirectError, RegressionError, \
     StoreError, SubjectImportError
@@ -91,6 +91,7 @@ def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
             capture: bool) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != JOB_ENV}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
     with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
         if job is not None:
             path = Path(folder) / "job.json"
@@ -208,8 +209,21 @@ def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generatio
             recorded = _record(suite, {nodeid: p.harness for nodeid, p in todo.items()})
             result.recorded = [str(n) for n in recorded.get("recorded", [])]
             result.absent = {str(k): str(v) for k, v in recorded.get("absent", {}).items()}
+            _require_all_ran(todo, result)
         suite.entry.touch()
     return result
+
+
+def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
+    missing = [n for n in todo if n not in result.absent and n not in result.recorded]
+    if missing:
+        listed = "\n  ".join(missing[:10])
+        raise RegressionError(
+            f"{len(missing)} cases were collected at the reference but never ran, so nothing "
+            f"was stored for them:\n  {listed}\nWas the run stopped early? Options such as -x, "
+            "--maxfail, -k or -m in your pytest addopts stop or filter the recording; remove "
+            "them from addopts, then run `invoke gen` again."
+        )
 
 
 def _record(suite: Suite, todo: dict[str, str]) -> dict[str, Any]:

@@ -75,6 +75,8 @@ class Recorder:
         self.sinks: dict[str, RecordSink] = {}
         self.absent: dict[str, str] = {}
         self.collect_errors: dict[str, str] = {}
+        self.collected: set[str] | None = None  # None: this process collected nothing
+        self.ran: set[str] = set()
         self.failed = False
 
     def redirect_imports(self) -> None:
@@ -92,6 +94,7 @@ class Recorder:
                             returncode=3)
 
     def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        self.collected = {i.nodeid for i in items}
         wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)]
         unwanted = [i for i in items if i not in wanted]
         if unwanted:
@@ -109,6 +112,8 @@ class Recorder:
         return Regression(item.nodeid, self.settings.determinism.seed, sink)
 
     def report(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or not report.passed:
+            self.ran.add(report.nodeid)
         if report.failed or report.skipped:
             verb = "skipped" if report.skipped else "failed"
             self.absent.setdefault(report.nodeid, f"{verb} at the reference: {_reason(report)}")
@@ -141,14 +146,17 @@ class Recorder:
             if reason:
                 entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason))
                 absent[nodeid] = reason
-            else:
-                outputs = tuple(self.sinks[nodeid].outputs)
+            elif nodeid in self.ran:
+                sink = self.sinks.get(nodeid)
+                outputs = tuple(sink.outputs) if sink else ()
                 entry.save_case(CaseRecord(nodeid, harness, outputs=outputs))
                 recorded.append(nodeid)
+            # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
         return recorded, absent
 
     def _not_collected(self, nodeid: str) -> str:
-        if nodeid in self.sinks:
+        """Why a case that did not run is not in the reference; "" if it was collected."""
+        if self.collected is None or nodeid in self.collected:
             return ""
         path = nodeid.split("::", 1)[0]
         for where, error in self.collect_errors.items():
@@ -175,10 +183,15 @@ class Checker:
         self.subject_root = Path(root).resolve() if root else None
 
     def redirect_imports(self) -> None:
-        """With --regression-subject-root (invoke compare), import the subject from there."""
-        if self.subject_root:
+        """Before conftests load: the subject's origin (compare), and, in a run started by
+        invoke, the same determinism settings record mode applies before importing it."""
+        driven = getattr(self.config.known_args_namespace, "regression_reference", None)
+        if self.subject_root or driven:
             settings = self._settings()
-            install_redirect(settings.subject_packages, self.subject_root)
+            determinism.prepare_process(settings.device)
+            determinism.apply(settings.determinism)
+            if self.subject_root:
+                install_redirect(settings.subject_packages, self.subject_root)
 
     def _settings(self) -> Settings:
         try:
@@ -256,7 +269,15 @@ class Checker:
             return
         self.outcomes[item.nodeid] = self._outcome(item.nodeid, sink, report)
         strict = bool(self.config.getoption("regression_strict"))
-        if report.passed and not sink.in_reference:
+        if not report.failed and sink.differences:
+            report.outcome = "failed"
+            report.longrepr = (f"outputs differ from the reference {self.label} although the "
+                               f"test did not fail: {sink.differences[0]}")
+        elif report.skipped and sink.in_reference:
+            report.outcome = "failed"
+            report.longrepr = (f"skipped, but the reference {self.label} recorded this case: "
+                               f"{_reason(report)}")
+        elif report.passed and not sink.in_reference:
             message = f"not in reference {self.label}: {sink.record.reason}"
             report.outcome = "failed" if strict else "skipped"
             report.longrepr = message if strict else (str(item.path), 0, message)
@@ -271,7 +292,7 @@ class Checker:
     def _outcome(self, nodeid: str, sink: CheckSink, report: pytest.TestReport) -> CaseOutcome:
         if sink.differences:
             return CaseOutcome(nodeid, CHANGED, str(sink.differences[0]))
-        if report.failed:
+        if report.failed or (report.skipped and sink.in_reference):
             return CaseOutcome(nodeid, ERROR, _reason(report))
         if not sink.in_reference:
             return CaseOutcome(nodeid, NEW, sink.record.reason)
@@ -280,10 +301,11 @@ class Checker:
         return CaseOutcome(nodeid, IDENTICAL)
 
     def finish(self, session: pytest.Session) -> None:
-        """Prove where the subject came from (compare), store durations, write summaries."""
-        if self.subject_root:
+        """Prove where the subject came from, store durations, write summaries."""
+        if self.entry is not None:  # regression cases ran: the candidate must be the tree
+            root = self.subject_root or self.settings.root / self.settings.subject_path
             try:
-                verify_origins(self._settings().subject_packages, self.subject_root)
+                verify_origins(self.settings.subject_packages, root)
             except RegressionError as exc:
                 session.config.stash[FINISH_ERROR] = str(exc)
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

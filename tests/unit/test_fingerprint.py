@@ -16,7 +16,7 @@ from regression.fingerprint import (
     key_of,
 )
 
-PART_NAMES = ["format", "reference", "python", "torch", "packages", "platform", "cpu",
+PART_NAMES = ["format", "reference", "python", "torch", "packages", "platform", "subject", "cpu",
               "math libraries", "kernel variables", "threads", "device", "determinism"]
 
 ONEAPI_CONFIG = """\
