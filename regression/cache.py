@@ -12,7 +12,7 @@ import xxhash
 from filelock import FileLock
 
 from .errors import CacheError, StoreError
-from .fingerprint import differing_parts, digest, key_of
+from .fingerprint import FORMAT_VERSION, differing_parts, key_of
 from .files import dump_verified, load_verified, verify_safetensors, write_atomic
 
 RECORDED = "recorded"
@@ -20,7 +20,7 @@ ABSENT = "absent"
 ENTRY_FILE = "entry.json"
 LAST_USED = "last-used"
 CASES = "cases"
-FORMAT = 1
+FORMAT = int(FORMAT_VERSION)
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,11 @@ class CaseRecord:
 def case_id(nodeid: str) -> str:
     """The file-name-safe identity of a test case."""
     return xxhash.xxh3_64_hexdigest(nodeid.encode())
+
+
+def lock_path(cache_dir: Path, key: str) -> Path:
+    """The lock file of an entry: beside its folder, so removing the folder keeps it."""
+    return cache_dir / f"{key}.lock"
 
 
 def ensure_cache_root(cache_dir: Path) -> None:
@@ -83,7 +88,7 @@ class Entry:
     def lock(self) -> FileLock:
         """The lock held while this entry is generated or removed; freed if its holder dies."""
         self.directory.parent.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.directory.parent / f"{self.key}.lock"))
+        return FileLock(str(lock_path(self.directory.parent, self.key)))
 
     def touch(self) -> None:
         """Mark the entry as used now, for least-recently-used pruning."""

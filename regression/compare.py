@@ -7,7 +7,7 @@ from typing import Iterator
 
 import torch
 
-from .store import path_label
+from .store import float_bits, path_label
 
 _SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -89,7 +89,7 @@ def _signature(tensor: torch.Tensor) -> str:
 
 def _scalar_bits(value: object) -> object:
     """Floats by their bits, so -0.0 and 0.0 differ and NaN equals itself."""
-    return value.hex() if isinstance(value, float) else value
+    return float_bits(value) if isinstance(value, float) else value
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:

@@ -119,13 +119,13 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
         tests=reader.relative_paths("tests", ("tests",)),
         harness=reader.relative_paths("harness", ()),
         determinism=Determinism(
-            seed=determinism.integer("seed", 0, minimum=0),
+            seed=determinism.integer("seed", 0, minimum=0, maximum=2**32 - 1),
             threads=determinism.integer("threads", 1, minimum=1),
             deterministic_algorithms=determinism.boolean("deterministic_algorithms", True),
         ),
         device=reader.choice("device", DEVICES, "cpu"),
         fingerprint_packages=fingerprint.names("packages", required=False),
-        cache_dir_setting=reader.string("cache_dir", DEFAULT_CACHE_DIR),
+        cache_dir_setting=reader.cache_dir("cache_dir", path.parent),
         durations_setting=shards.relative_path("durations", DEFAULT_DURATIONS),
         pins=shards.pins("pins"),
     )
@@ -180,6 +180,9 @@ class _Reader:
 
     def mapping_of_revisions(self, key: str) -> dict[str, str]:
         value = self._typed(key, dict, "a mapping of name: revision") or {}
+        for name in value:
+            if not isinstance(name, str):
+                raise self._error(key, f"the name {name!r} must be a string; quote it")
         inner = _Reader(self.path, value, f"{self.prefix}{key}.")
         return {str(name): inner.revision(str(name), required=True) for name in value}
 
@@ -208,8 +211,10 @@ class _Reader:
             return default
         if isinstance(value, str):
             value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise self._error(key, "must be a list of paths relative to the config file")
+        if not value and key == "tests":
+            raise self._error(key, "must name at least one folder or file of tests")
         for item in value:
             if Path(item).is_absolute() or ".." in Path(item).parts:
                 raise self._error(key, f"{item!r} must be relative and stay inside the project")
@@ -225,16 +230,26 @@ class _Reader:
                                        "number from 1")
         return dict(value)
 
+    def cache_dir(self, key: str, root: Path) -> str:
+        value = self._typed(key, str, "a folder path")
+        if value is None:
+            return DEFAULT_CACHE_DIR
+        folder = (root / value).resolve()
+        if folder in (root.resolve(), *root.resolve().parents) or (folder / ".git").exists():
+            raise self._error(key, f"{value!r} would put the cache in the project or above it; "
+                                   f"name a folder of its own, e.g. {DEFAULT_CACHE_DIR}")
+        return value
+
     def string(self, key: str, default: str) -> str:
         value = self._typed(key, str, "a string")
         return default if value is None else value
 
-    def integer(self, key: str, default: int, minimum: int) -> int:
+    def integer(self, key: str, default: int, minimum: int, maximum: int = 2**31 - 1) -> int:
         value = self._typed(key, int, "an integer")
         if value is None:
             return default
-        if value < minimum:
-            raise self._error(key, f"must be at least {minimum}, got {value}")
+        if not minimum <= value <= maximum:
+            raise self._error(key, f"must be from {minimum} to {maximum}, got {value}")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:

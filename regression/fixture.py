@@ -85,10 +85,11 @@ class Regression:
         """Uniform [0, 1) values from the case's generator."""
         return torch.rand(*_shape(size), generator=self.generator, dtype=dtype)
 
-    def randint(self, low: int, high: int, size: Sequence[int],
+    def randint(self, low: int, high: int, size: int | Sequence[int],
                 dtype: torch.dtype = torch.int64) -> torch.Tensor:
         """Integers in [low, high) from the case's generator."""
-        return torch.randint(low, high, tuple(size), generator=self.generator, dtype=dtype)
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        return torch.randint(low, high, shape, generator=self.generator, dtype=dtype)
 
     def check(self, value: object, name: str | None = None) -> None:
         """Record `value` at the reference; in check mode, require it bit-identical."""

@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import ENTRY_FILE, Entry
+from .cache import ENTRY_FILE, Entry, lock_path
 from .errors import CacheError, RegressionError
 from .revision import short
 
+_ENTRY_NAME = re.compile(r"[0-9a-f]{32}")  # only such folders are ever listed or removed
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -36,7 +37,7 @@ def entries(cache_dir: Path) -> list[EntryInfo]:
     """Every entry folder in the cache, readable or not, least recently used first."""
     found = []
     if cache_dir.is_dir():
-        for folder in sorted(p for p in cache_dir.iterdir() if p.is_dir()):
+        for folder in sorted(p for p in cache_dir.iterdir() if _ENTRY_NAME.fullmatch(p.name)):
             try:
                 entry: Entry | None = Entry.from_directory(folder)
                 fault = ""
@@ -112,9 +113,9 @@ def clear(cache_dir: Path) -> list[EntryInfo]:
 
 def remove_entry(directory: Path) -> None:
     """Delete one entry folder while holding its lock, so no generation is cut short."""
-    from filelock import FileLock
+    from filelock import FileLock  # noqa: PLC0415 - only removal needs it here
 
-    with FileLock(str(directory.parent / f"{directory.name}.lock")):
+    with FileLock(str(lock_path(directory.parent, directory.name))):
         marker = directory / ENTRY_FILE
         marker.unlink(missing_ok=True)  # first: a half-deleted entry is never read as valid
         shutil.rmtree(directory, ignore_errors=True)

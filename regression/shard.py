@@ -12,6 +12,9 @@ import xxhash
 from .errors import ShardError
 
 
+MAX_SHARDS = 1000
+
+
 @dataclass(frozen=True)
 class ShardSpec:
     """Shard `index` of `count`, 1-based as on the command line."""
@@ -29,6 +32,8 @@ def parse_shard(text: str) -> ShardSpec:
     if not match:
         raise ShardError(f"--shard {text!r} is not of the form i/n, e.g. --shard 2/4")
     index, count = int(match.group(1)), int(match.group(2))
+    if count > MAX_SHARDS:
+        raise ShardError(f"--shard {text!r}: at most {MAX_SHARDS} shards")
     if count < 1 or not 1 <= index <= count:
         raise ShardError(f"--shard {text!r}: i must be between 1 and n (n at least 1), "
                          f"e.g. --shard 1/{max(count, 1)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,11 @@ from .files import read_checked, temporary_file, umask
 from .fingerprint import file_digest
 
 Node = dict[str, Any]
+
+
+def float_bits(value: float) -> str:
+    """A Python float's exact bits (sign and NaN payload included), as hex."""
+    return struct.pack(">d", value).hex()
 
 
 def path_label(path: tuple[object, ...]) -> str:
@@ -40,13 +46,18 @@ class Encoder:
         if isinstance(value, int):
             return {"int": str(value)}
         if isinstance(value, float):
-            return {"float": value.hex()}
+            return {"float": float_bits(value)}
         if isinstance(value, str):
             return {"str": value}
         if isinstance(value, (list, tuple)):
             kind = "list" if isinstance(value, list) else "tuple"
             return {kind: [self.encode(v, (*path, i)) for i, v in enumerate(value)]}
         if isinstance(value, dict):
+            bad = [k for k in value if not _plain_key(k)]
+            if bad:
+                raise StoreError(f"cannot store the dict key {bad[0]!r} at {path_label(path)}: "
+                                 "keys must be strings, numbers, booleans, None or tuples "
+                                 "of them")
             return {"dict": [[self.encode(k, path), self.encode(v, (*path, k))]
                              for k, v in value.items()]}
         raise StoreError(
@@ -56,6 +67,8 @@ class Encoder:
         )
 
     def _add(self, tensor: torch.Tensor, path: tuple[object, ...]) -> str:
+        if tensor.is_meta:
+            raise StoreError(f"cannot store a meta tensor at {path_label(path)}: it has no data")
         if tensor.is_complex():
             raise StoreError(f"cannot store a complex tensor at {path_label(path)}: safetensors "
                              "has no complex dtype; check torch.view_as_real(value) instead")
@@ -65,6 +78,12 @@ class Encoder:
         name = f"{self.prefix}{len(self.tensors)}"
         self.tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
         return name
+
+
+def _plain_key(key: object) -> bool:
+    if isinstance(key, tuple):
+        return all(_plain_key(k) for k in key)
+    return key is None or isinstance(key, (str, int, float))
 
 
 def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
@@ -79,7 +98,7 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
     if kind == "int":
         return int(content)
     if kind == "float":
-        return float.fromhex(content)
+        return struct.unpack(">d", bytes.fromhex(content))[0]
     if kind == "list":
         return [decode(n, tensors) for n in content]
     if kind == "tuple":

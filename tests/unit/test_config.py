@@ -146,9 +146,9 @@ def test_unknown_setting_names_key_and_file(tmp_path: Path, extra: str, key: str
     ("setting", "key", "words"),
     [
         ("determinism: {threads: two}", "determinism.threads", "must be an integer"),
-        ("determinism: {threads: 0}", "determinism.threads", "at least 1"),
+        ("determinism: {threads: 0}", "determinism.threads", "from 1 to"),
         ("determinism: {threads: true}", "determinism.threads", "must be an integer"),
-        ("determinism: {seed: -1}", "determinism.seed", "at least 0"),
+        ("determinism: {seed: -1}", "determinism.seed", "from 0 to"),
         ("determinism: {seed: 1.5}", "determinism.seed", "must be an integer"),
         ("determinism: {deterministic_algorithms: 'yes'}",
          "determinism.deterministic_algorithms", "true or false"),
@@ -158,7 +158,7 @@ def test_unknown_setting_names_key_and_file(tmp_path: Path, extra: str, key: str
         ("harness: {a: b}", "harness", "list of paths"),
         ("device: tpu", "device", "one of cpu, cuda"),
         ("device: 1", "device", "a string"),
-        ("cache_dir: [a]", "cache_dir", "a string"),
+        ("cache_dir: [a]", "cache_dir", "a folder path"),
         ("references: [a]", "references", "a mapping"),
         ("fingerprint: {packages: {a: 1}}", "fingerprint.packages", "list of names"),
     ],
@@ -406,3 +406,16 @@ def test_shards_settings_of_the_wrong_type_are_rejected(
     error = config_error(tmp_path, MINIMAL + setting + "\n")
     assert error.key == key
     assert words in str(error)
+
+
+@pytest.mark.parametrize("value", [".", "''", "..", "sub/.."])
+def test_cache_dir_may_not_be_the_project_or_above(tmp_path: Path, value: str) -> None:
+    error = config_error(tmp_path, MINIMAL + f"cache_dir: {value}\n")
+    assert "cache_dir" in str(error)
+
+
+@pytest.mark.parametrize("text", ["determinism: {seed: 4294967296}", "tests: []",
+                                  "references: {1: abc}"])
+def test_more_bad_values_name_their_key(tmp_path: Path, text: str) -> None:
+    error = config_error(tmp_path, MINIMAL + text + "\n")
+    assert text.split(":")[0] in str(error)

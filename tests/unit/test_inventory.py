@@ -54,7 +54,7 @@ def flip_last_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def unreadable_folder(cache_dir: Path, name: str = "junk") -> Path:
+def unreadable_folder(cache_dir: Path, name: str = "f" * 32) -> Path:
     folder = cache_dir / name
     folder.mkdir(parents=True)
     (folder / "entry.json").write_bytes(b"garbage")
@@ -145,7 +145,7 @@ def test_unreadable_entry_folder_is_listed_with_its_fault(cache: Path) -> None:
 
 
 def test_folder_without_identity_file_is_listed_as_missing_it(cache: Path) -> None:
-    (cache / "stray").mkdir(parents=True)
+    (cache / ("e" * 32)).mkdir(parents=True)
     (info,) = entries(cache)
     assert info.entry is None and "is missing" in info.fault
 
@@ -319,3 +319,12 @@ def test_remove_entry_unlinks_the_identity_file_first_while_holding_the_lock(
     assert seen == {"identity": False, "locked": True}
     (info,) = entries(cache)  # the half-removed entry is never read as valid
     assert info.entry is None and "entry.json is missing" in info.fault
+
+
+def test_clear_and_prune_never_touch_folders_that_are_not_entries(cache: Path) -> None:
+    make_entry(cache)
+    (cache / "src").mkdir()
+    (cache / "src" / "keep.py").write_text("x = 1\n")
+    clear(cache)
+    prune(cache, max_size=0, older_than=0)
+    assert (cache / "src" / "keep.py").read_text() == "x = 1\n"
