@@ -47,9 +47,21 @@ class SubjectRedirect(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install_redirect(packages: Sequence[str], root: Path) -> SubjectRedirect:
-    """Put the redirect first on sys.meta_path, dropping any subject module already loaded."""
-    for name in [n for n in sys.modules if _is_subject(n, packages)]:
+def install_redirect(packages: Sequence[str], root: Path, strict: bool = False) -> SubjectRedirect:
+    """Put the redirect first on sys.meta_path, dropping any subject module already loaded.
+
+    With `strict`, an already loaded subject module is an error instead: whatever imported it
+    (a plugin loaded before this one) keeps the other copy, where no check can see it.
+    """
+    loaded = sorted(n for n in sys.modules if _is_subject(n, packages))
+    if loaded and strict:
+        raise ImportRedirectError(
+            f"the subject was imported before the import redirect could be installed "
+            f"({', '.join(loaded)}); a pytest plugin or a .pth file imports it at start-up. "
+            "Nothing was stored. Make that plugin import the subject lazily, or leave it "
+            "out of the regression run (-p no:NAME in addopts)."
+        )
+    for name in loaded:
         del sys.modules[name]
     finder = SubjectRedirect(packages, root)
     sys.meta_path.insert(0, finder)

@@ -278,10 +278,12 @@ def run_checks(suite: Suite, strict: bool = False, junitxml: str | None = None,
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
         if suite.shard:
             selection = Path(folder) / "cases.json"
-            selection.write_text(json.dumps(sorted(suite.cases)), encoding="utf-8")
+            selection.write_text(json.dumps({"cases": sorted(suite.cases),
+                                             "others": suite.shard.index == 1}),
+                                 encoding="utf-8")
             args.append(f"--regression-cases={selection}")
         code = _pytest(settings, args, None, capture=False).returncode
-    no_tests = code == 5 and suite.shard is not None and not suite.cases
+    no_tests = code == 5 and suite.shard is not None
     return 0 if no_tests else code
 
 

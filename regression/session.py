@@ -49,7 +49,12 @@ class Collector:
 
     def redirect_imports(self) -> None:
         if self.job.subject_root:
-            install_redirect(self.settings.subject_packages, Path(self.job.subject_root))
+            try:
+                install_redirect(self.settings.subject_packages, Path(self.job.subject_root),
+                                 strict=True)
+            except RegressionError as exc:
+                self.job.write_result({"error": type(exc).__name__, "message": str(exc)})
+                raise pytest.UsageError(str(exc)) from None
 
     def collected(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if self.job.subject_root:
@@ -81,7 +86,11 @@ class Recorder:
 
     def redirect_imports(self) -> None:
         determinism.prepare_process(self.settings.device)
-        install_redirect(self.settings.subject_packages, self.subject_root)
+        try:
+            install_redirect(self.settings.subject_packages, self.subject_root, strict=True)
+        except RegressionError as exc:
+            self.fail(type(exc).__name__, str(exc))
+            raise pytest.UsageError(str(exc)) from None
 
     def import_subject(self, session: pytest.Session) -> None:
         determinism.apply(self.settings.determinism)  # once here: the first call takes seconds
@@ -191,7 +200,10 @@ class Checker:
             determinism.prepare_process(settings.device)
             determinism.apply(settings.determinism)
             if self.subject_root:
-                install_redirect(settings.subject_packages, self.subject_root)
+                try:
+                    install_redirect(settings.subject_packages, self.subject_root, strict=True)
+                except RegressionError as exc:
+                    raise pytest.UsageError(f"torch-regression: {exc}") from None
 
     def _settings(self) -> Settings:
         try:
@@ -200,12 +212,14 @@ class Checker:
             raise pytest.UsageError(f"torch-regression: {exc}") from None
 
     def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """With --regression-cases FILE (a shard), run only the regression cases it lists."""
+        """With --regression-cases FILE (a shard), run only the regression cases it lists,
+        and the tests that are no regression cases only if it says so (shard 1)."""
         path = config.getoption("regression_cases")
         if not path:
             return
-        wanted = set(json.loads(Path(path).read_text(encoding="utf-8")))
-        keep = [i for i in items if uses_fixture(i) and i.nodeid in wanted]
+        selection = json.loads(Path(path).read_text(encoding="utf-8"))
+        wanted, others = set(selection["cases"]), bool(selection["others"])
+        keep = [i for i in items if (i.nodeid in wanted if uses_fixture(i) else others)]
         dropped = [i for i in items if i not in keep]
         if dropped:
             config.hook.pytest_deselected(items=dropped)

@@ -159,3 +159,10 @@ def test_module_locations_uses_file_then_path() -> None:
     assert module_locations(with_file) == ["/x/m.py"]
     assert module_locations(namespace) == ["/x/n", "/y/n"]
     assert module_locations(ModuleType("bare")) == []
+
+
+def test_strict_redirect_refuses_a_subject_already_imported(copies: Copies) -> None:
+    importlib.import_module(copies.name)
+    with pytest.raises(ImportRedirectError, match="imported before the import redirect"):
+        install_redirect([copies.name], copies.b, strict=True)
+    assert copies.name in sys.modules  # nothing was changed
