@@ -124,3 +124,33 @@ def test_plain_pytest_uses_the_reference_after_gen(subject_repo: Repo) -> None:
     after = subject_repo.pytest("tests")
     assert after.returncode == 0, output(after)
     assert "1 identical" in output(after)
+
+
+def test_a_difference_caught_by_the_test_still_fails(subject_repo: Repo) -> None:
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.5"))
+    subject_repo.write("tests/test_subj.py", """\
+        import subj
+
+
+        def test_forward(regression):
+            try:
+                regression.check(subj.forward(regression.randn(2, 4)), name="out")
+            except AssertionError:
+                pass
+        """)
+    done = subject_repo.invoke("test")
+    assert done.returncode == 1, output(done)
+    assert "although the test did not fail" in output(done)
+
+
+def test_recording_stopped_early_by_addopts_stores_nothing_false(subject_repo: Repo) -> None:
+    subject_repo.write("pyproject.toml", '[tool.pytest.ini_options]\naddopts = "-x"\n')
+    subject_repo.write("tests/test_a_fails.py", """\
+        def test_fails_everywhere(regression):
+            raise RuntimeError("always")
+        """)
+    subject_repo.commit("-x and a failing case")
+    done = subject_repo.invoke("gen", "--reference", "HEAD")
+    assert done.returncode == 2, output(done)
+    assert "never ran" in done.stderr and "-x" in done.stderr
+    assert "tests/test_subj.py::test_forward" in done.stderr

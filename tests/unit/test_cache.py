@@ -406,3 +406,27 @@ def test_held_lock_excludes_another_holder(entry: Entry) -> None:
             other.acquire()
     with other:
         assert other.is_locked
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("status", "maybe", "unknown status"),
+    ("outputs", {"name": "x"}, "outputs must be a list"),
+    ("tensors", {"file": "../../etc/passwd", "digest": "0"}, "bad tensors field"),
+    ("harness", 3, "harness and reason must be strings"),
+])
+def test_record_with_valid_hash_but_bad_shape_is_never_trusted(
+        tmp_path: Path, field: str, value: object, problem: str) -> None:
+    from regression.files import dump_verified, load_verified
+
+    entry = Entry(tmp_path / "cache", {"part": "1"})
+    entry.create()
+    entry.save_case(CaseRecord("t.py::x", harness="h",
+                               outputs=(Output("out", torch.ones(2)),)))
+    path = entry.case_path("t.py::x")
+    body = load_verified(path)
+    body[field] = value
+    path.write_bytes(dump_verified(body))
+    for read in (entry.valid_harness, entry.load_case):
+        with pytest.raises(StoreError, match=problem):
+            read("t.py::x")
+    assert any(problem in fault for fault in entry.faults())

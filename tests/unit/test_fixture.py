@@ -183,3 +183,10 @@ def test_check_sink_compares_against_inputs_drawn_the_same_way() -> None:
     checker, sink = check_case(record)
     checker.check(checker.randn(4) * 2, name="y")
     assert sink.differences == []
+
+
+def test_randint_takes_an_int_size() -> None:
+    from regression.fixture import RecordSink, Regression
+
+    drawn = Regression("t.py::x", 0, RecordSink()).randint(0, 10, 5)
+    assert drawn.shape == (5,) and drawn.dtype == torch.int64

@@ -210,3 +210,20 @@ def test_unparsable_safetensors_with_matching_hash_is_a_store_error(
 def test_missing_safetensors_file_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="is missing"):
         tensors_from_file(tmp_path / "absent.safetensors", "0" * 32)
+
+
+def test_python_float_nan_sign_and_payload_survive() -> None:
+    import struct
+
+    negative_nan = struct.unpack(">d", bytes.fromhex("fff8000000000001"))[0]
+    restored = round_trip([negative_nan, float("nan")])
+    assert isinstance(restored, list)
+    assert struct.pack(">d", restored[0]).hex() == "fff8000000000001"
+    assert compare([negative_nan], [float("nan")]) != []
+
+
+def test_meta_tensor_and_tensor_dict_key_are_store_errors() -> None:
+    with pytest.raises(StoreError, match="meta tensor"):
+        round_trip({"x": torch.empty(2, device="meta")})
+    with pytest.raises(StoreError, match="dict key"):
+        round_trip({torch.ones(1): 1})
