@@ -137,3 +137,10 @@ def make_subject_repo(path: Path, cache: Path) -> Repo:
     repo.write("README.md", "a second commit\n")
     repo.commit("docs")
     return repo
+
+
+def stored_files(cache: Path) -> dict[Path, tuple[int, int]]:
+    """Modification time and inode of every stored reference file (entry and cases)."""
+    return {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in cache.rglob("*")
+            if p.is_file() and p.name not in ("last-used", ".gitignore")
+            and p.suffix != ".lock"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from helpers import SUBJECT, Repo, output
+from helpers import SUBJECT, Repo, output, stored_files
 
 
 def test_reference_from_annotated_tag_is_identical(subject_repo: Repo) -> None:
@@ -109,11 +109,10 @@ def test_case_missing_from_the_reference_is_reported_not_passed(subject_repo: Re
 
 def test_second_gen_rewrites_nothing(subject_repo: Repo) -> None:
     assert subject_repo.invoke("gen").returncode == 0
-    stored = {p: p.stat().st_mtime_ns for p in subject_repo.cache.rglob("*") if p.is_file()}
+    stored = stored_files(subject_repo.cache)
     again = subject_repo.invoke("gen")
     assert "nothing generated" in output(again)
-    assert {p: p.stat().st_mtime_ns for p in subject_repo.cache.rglob("*") if p.is_file()} \
-        == stored
+    assert stored_files(subject_repo.cache) == stored
 
 
 def test_plain_pytest_uses_the_reference_after_gen(subject_repo: Repo) -> None:
