@@ -76,6 +76,11 @@ def short(sha: str) -> str:
     return sha[:12]
 
 
+def describe(revision: str, sha: str) -> str:
+    """How messages name a reference: '1a2b3c4d5e6f (v1.2)', or the short SHA alone."""
+    return short(sha) if revision == sha else f"{short(sha)} ({revision})"
+
+
 def _worktree_parent(repo: git.Repo) -> Path:
     common = Path(repo.git_dir if not repo.common_dir else repo.common_dir).resolve()
     digest = xxhash.xxh64_hexdigest(str(common).encode())

@@ -24,7 +24,7 @@ from .errors import CacheError, CollectionError, ConfigError, ImportRedirectErro
 from .fingerprint import digest
 from .job import COLLECT, JOB_ENV, RECORD, Job
 from .shard import ShardSpec
-from .revision import open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
+from .revision import describe, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
     short
 
 Echo = Callable[[str], None]
@@ -43,8 +43,7 @@ class Reference:
 
     @property
     def label(self) -> str:
-        return short(self.sha) if self.revision == self.sha else \
-            f"{short(self.sha)} ({self.revision})"
+        return describe(self.revision, self.sha)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from .importer import install_redirect, verify_origins
 from .job import Job
 from .report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, markdown_summary, \
     summary_lines
-from .revision import open_repo, resolve_revision, short
+from .revision import describe, open_repo, resolve_revision
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
     from .fixture import CheckSink, RecordSink, Regression
@@ -232,7 +232,7 @@ class Checker:
             revision = settings.revision_for(self.config.getoption("regression_reference"))
             sha = resolve_revision(open_repo(settings.root), revision)
             self.settings: Settings = settings
-            self.label = f"{short(sha)} ({revision})" if revision != sha else short(sha)
+            self.label = describe(revision, sha)
             self.entry = Entry(settings.cache_dir, environment_parts(settings, sha))
             self.harness = HarnessDigests(self.config.rootpath,
                                           extra_harness_files(settings.root, settings.harness))
