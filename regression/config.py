@@ -116,7 +116,7 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
         references=reader.mapping_of_revisions("references"),
         subject_packages=subject.names("packages", required=True),
         subject_path=subject.relative_path("path", "."),
-        tests=reader.relative_paths("tests", ("tests",)),
+        tests=reader.relative_paths("tests", ("tests",), non_empty=True),
         harness=reader.relative_paths("harness", ()),
         determinism=Determinism(
             seed=determinism.integer("seed", 0, minimum=0, maximum=2**32 - 1),
@@ -205,7 +205,8 @@ class _Reader:
         value = self._typed(key, str, "a path relative to the config file's folder")
         return default if value is None else self.relative_paths(key, (value,))[0]
 
-    def relative_paths(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    def relative_paths(self, key: str, default: tuple[str, ...],
+                       non_empty: bool = False) -> tuple[str, ...]:
         value = self._get(key, False)
         if value is None:
             return default
@@ -213,8 +214,8 @@ class _Reader:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise self._error(key, "must be a list of paths relative to the config file")
-        if not value and key == "tests":
-            raise self._error(key, "must name at least one folder or file of tests")
+        if not value and non_empty:
+            raise self._error(key, "must name at least one folder or file")
         for item in value:
             if Path(item).is_absolute() or ".." in Path(item).parts:
                 raise self._error(key, f"{item!r} must be relative and stay inside the project")
