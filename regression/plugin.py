@@ -39,6 +39,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         state = Recorder(job)
     else:
         state = Collector(job)
+    if isinstance(state, Recorder):  # its pytest_collectreport hears collection errors
+        early_config.pluginmanager.register(state, "torch-regression-recorder")
     state.redirect_imports()
     early_config.stash[_STATE] = state
 
@@ -64,12 +66,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         state.select(config, items)
         if not config.option.collectonly and any(uses_fixture(i) for i in items):
             state.prepare()
-
-
-def pytest_collectreport(report: pytest.CollectReport) -> None:
-    state = _state(report.session.config) if hasattr(report, "session") else None
-    if isinstance(state, Recorder):
-        state.collect_report(report)
 
 
 @pytest.hookimpl(tryfirst=True)

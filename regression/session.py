@@ -110,7 +110,8 @@ class Recorder:
             config.hook.pytest_deselected(items=unwanted)
         items[:] = wanted
 
-    def collect_report(self, report: pytest.CollectReport) -> None:
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A hook: remember which files failed to collect at the reference, and why."""
         if report.failed:
             self.collect_errors[report.nodeid] = _reason(report)  # type: ignore[arg-type]
 

@@ -100,6 +100,7 @@ def test_case_missing_from_the_reference_is_reported_not_passed(subject_repo: Re
     assert done.returncode == 0, text
     assert "2 not in reference" in text
     assert "NOT IN REFERENCE tests/test_new.py::test_triple" in text
+    assert "could not be collected at the reference" in text  # the reason travels too
     assert "NOT IN REFERENCE tests/test_subj.py::test_new_config" in text
     assert "1 identical" in text
     strict = subject_repo.invoke("test", "--strict")

@@ -9,7 +9,6 @@ import torch
 
 from regression.compare import compare
 from regression.errors import StoreError
-from regression.files import write_atomic
 from regression.fingerprint import digest
 from regression.store import (
     Encoder,
