@@ -9,6 +9,7 @@ import sys
 import xxhash
 
 from .config import Determinism
+from .errors import DeterminismError
 
 CUBLAS_WORKSPACE = ":4096:8"
 
@@ -39,3 +40,36 @@ def apply(settings: Determinism) -> None:
 def case_seed(seed: int, nodeid: str) -> int:
     """The seed of a case's own input generator: independent of order and other cases."""
     return xxhash.xxh64_intdigest(f"{seed}\0{nodeid}".encode()) & (2**63 - 1)
+
+
+def drift(settings: Determinism) -> list[str]:
+    """How torch's settings now differ from `settings`, as lines naming each setting."""
+    import torch
+
+    problems = []
+    threads = torch.get_num_threads()
+    if threads != settings.threads:
+        problems.append(f"torch.get_num_threads() is {threads}, but config.yaml's "
+                        f"determinism.threads is {settings.threads}")
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    if deterministic != settings.deterministic_algorithms:
+        problems.append(f"torch.are_deterministic_algorithms_enabled() is {deterministic}, but "
+                        "config.yaml's determinism.deterministic_algorithms is "
+                        f"{settings.deterministic_algorithms}")
+    if torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32:
+        problems.append("TF32 is enabled (torch.backends.cuda.matmul.allow_tf32 or "
+                        "torch.backends.cudnn.allow_tf32), but the key says tf32=off")
+    return problems
+
+
+def require_unchanged(settings: Determinism) -> None:
+    """Raise DeterminismError when something changed torch's settings after apply()."""
+    problems = drift(settings)
+    if problems:
+        raise DeterminismError(
+            "the determinism settings changed after torch-regression applied them, so this "
+            "output would not match the cache key:\n  " + "\n  ".join(problems) +
+            "\nSomething in the tests, a conftest.py (an autouse fixture) or the code under "
+            "test changes them. Remove that call, or set the value you need in config.yaml's "
+            "`determinism` section."
+        )

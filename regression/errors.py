@@ -47,3 +47,11 @@ class StoreError(CacheError):
 
 class ShardError(RegressionError):
     """A shard specification is malformed."""
+
+
+class DeterminismError(RegressionError):
+    """torch no longer runs with the determinism settings of config.yaml."""
+
+
+class StrayImportError(RegressionError):
+    """A module of the user's working tree was imported while recording at the reference."""

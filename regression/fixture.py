@@ -8,7 +8,8 @@ import torch
 
 from .cache import ABSENT, CaseRecord, Output
 from .compare import Difference, compare
-from .determinism import case_seed
+from .config import Determinism
+from .determinism import case_seed, require_unchanged
 from .report import mismatch_message
 from .store import Encoder, decode
 
@@ -71,9 +72,10 @@ class CheckSink:
 class Regression:
     """Inputs from the case's own generator, and check() against the reference revision."""
 
-    def __init__(self, nodeid: str, seed: int, sink: Sink) -> None:
+    def __init__(self, nodeid: str, settings: Determinism, sink: Sink) -> None:
         self.nodeid = nodeid
-        self.generator = torch.Generator().manual_seed(case_seed(seed, nodeid))
+        self.generator = torch.Generator().manual_seed(case_seed(settings.seed, nodeid))
+        self._settings = settings
         self._sink = sink
         self._names: list[str] = []
 
@@ -99,6 +101,7 @@ class Regression:
             raise ValueError(f"output name {name!r} is checked twice in this test; "
                              "give each check() a distinct name")
         self._names.append(name)
+        require_unchanged(self._settings)  # the key says which settings made these bits
         self._sink.take(name, snapshot(value))
 
 

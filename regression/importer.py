@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
-from .errors import ImportRedirectError
+from .errors import ImportRedirectError, StrayImportError
 
 
 def _is_subject(name: str, packages: Sequence[str]) -> bool:
@@ -101,4 +101,65 @@ def verify_origins(packages: Sequence[str], root: Path) -> None:
             f"{lines}\nNothing was stored. Something imported them before the redirect "
             "or bypassed it (importlib.util.spec_from_file_location, a .pth file); "
             "import the subject by its package name."
+        )
+
+
+def _library_folders() -> tuple[Path, ...]:
+    """The standard library and site-packages of this interpreter (a venv may sit in the
+    project folder: what is installed there is not the user's working tree)."""
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib",
+                                                       "platlib")}
+    paths.update(site.getsitepackages())
+    paths.add(site.getusersitepackages())
+    return tuple(Path(p).resolve() for p in paths if p)
+
+
+def stray_modules(project: Path, allowed: Sequence[Path], allowed_files: Sequence[Path] = ()
+                  ) -> dict[str, str]:
+    """Modules loaded from inside `project` but outside `allowed` folders and files.
+
+    conftest.py files and the `__init__.py` of folders that hold an allowed folder are
+    harness, and so is this package itself (it may be developed inside the project).
+    """
+    project = project.resolve()
+    folders = tuple(p.resolve() for p in allowed) + _library_folders() + (_THIS_PACKAGE,)
+    files = {p.resolve() for p in allowed_files}
+    stray = {}
+    for name, module in sorted(sys.modules.items()):
+        origin = getattr(module, "__file__", None) if module is not None else None
+        if not isinstance(origin, str) or not Path(origin).is_absolute():
+            continue  # built in, namespace, or a name only (torch.ops: "_ops.py")
+        path = Path(origin).resolve()
+        if not path.is_relative_to(project) or path in files or path.name == "conftest.py":
+            continue
+        if any(path.is_relative_to(f) for f in folders) or _is_package_above(path, folders):
+            continue
+        stray[name] = path.relative_to(project).as_posix()
+    return stray
+
+
+_THIS_PACKAGE = Path(__file__).resolve().parent
+
+
+def _is_package_above(path: Path, folders: Sequence[Path]) -> bool:
+    """Whether `path` is the `__init__.py` of a folder that holds one of `folders`."""
+    return path.name == "__init__.py" and any(f.is_relative_to(path.parent) for f in folders)
+
+
+def require_no_strays(project: Path, allowed: Sequence[Path],
+                      allowed_files: Sequence[Path] = ()) -> None:
+    """Raise StrayImportError naming every module the recording took from the working tree."""
+    stray = stray_modules(project, allowed, allowed_files)
+    if stray:
+        lines = "\n".join(f"  {name} ({where})" for name, where in stray.items())
+        raise StrayImportError(
+            "these modules were imported from your working tree while recording at the "
+            f"reference, so their current code would pass as the reference:\n{lines}\n"
+            "Nothing was stored. If a module is part of the code under test, add its "
+            "top-level package to config.yaml's `subject.packages` (it is then imported from "
+            "the reference); if it only shapes the tests' inputs, add its files to `harness` "
+            "(they are then part of the cache key)."
         )

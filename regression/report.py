@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 if TYPE_CHECKING:
     from .compare import Difference
@@ -69,3 +69,14 @@ def _first_line(text: str) -> str:
 
 def _plural(name: str, count: int) -> str:
     return f"{name}s" if name == ERROR and count != 1 else name
+
+
+def not_run_lines(missing: Sequence[str], total: int, why: Callable[[str], str],
+                  most: int = 20) -> list[str]:
+    """Why a run that was handed `total` cases cannot pass: the ones that did not run."""
+    lines = [f"{len(missing)} of {total} regression cases this run was meant to check did "
+             "not run, so it does not pass:"]
+    lines += [f"  {nodeid}: {why(nodeid)}" for nodeid in missing[:most]]
+    if len(missing) > most:
+        lines.append(f"  ... and {len(missing) - most} more")
+    return lines

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from regression.config import Determinism
-from regression.determinism import CUBLAS_WORKSPACE, apply, case_seed, prepare_process
+from regression.determinism import CUBLAS_WORKSPACE, apply, case_seed, drift, prepare_process, \
+    require_unchanged
+from regression.errors import DeterminismError
 
 
 @pytest.fixture(autouse=True)
@@ -109,3 +111,26 @@ def test_prepare_process_keeps_a_user_cublas_setting(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     prepare_process("cuda")
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_no_drift_right_after_apply() -> None:
+    settings = Determinism(seed=3, threads=1, deterministic_algorithms=True)
+    apply(settings)
+    assert drift(settings) == []
+    require_unchanged(settings)
+
+
+def test_drift_names_each_changed_setting() -> None:
+    settings = Determinism(threads=1, deterministic_algorithms=True)
+    apply(settings)
+    torch.set_num_threads(2)
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.allow_tf32 = True
+    problems = drift(settings)
+    assert len(problems) == 3
+    assert "torch.get_num_threads() is 2, but config.yaml's determinism.threads is 1" \
+        in problems[0]
+    assert "deterministic_algorithms is True" in problems[1]
+    assert "TF32" in problems[2]
+    with pytest.raises(DeterminismError, match="changed after torch-regression applied them"):
+        require_unchanged(settings)

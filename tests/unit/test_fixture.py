@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from regression.cache import ABSENT, CaseRecord, Output
 from regression.compare import compare
-from regression.errors import StoreError
+from regression.config import Determinism
+from regression.errors import DeterminismError, StoreError
 from regression.fixture import CheckSink, RecordSink, Regression, snapshot
 
 NODEID = "tests/test_model.py::test_forward"
 
 
+def current(seed: int = 0) -> Determinism:
+    """Settings that match how torch runs in this process, so check() finds no drift."""
+    return Determinism(seed=seed, threads=torch.get_num_threads(),
+                       deterministic_algorithms=torch.are_deterministic_algorithms_enabled())
+
+
+@pytest.fixture(autouse=True)
+def _tf32_off() -> Iterator[None]:
+    """The plugin turns TF32 off before every case; check() refuses to run with it on."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def make(nodeid: str = NODEID, seed: int = 0) -> tuple[Regression, RecordSink]:
     sink = RecordSink()
-    return Regression(nodeid, seed, sink), sink
+    return Regression(nodeid, current(seed), sink), sink
+
+
+def test_check_refuses_a_thread_count_other_than_the_configured_one() -> None:
+    settings = Determinism(threads=torch.get_num_threads() + 1)
+    sink = RecordSink()
+    with pytest.raises(DeterminismError, match="determinism.threads is"):
+        Regression(NODEID, settings, sink).check(torch.ones(2))
+    assert sink.outputs == []  # nothing recorded under the wrong settings
+
+
+def test_check_refuses_deterministic_algorithms_switched_off() -> None:
+    settings = Determinism(threads=torch.get_num_threads(),
+                           deterministic_algorithms=not torch.are_deterministic_algorithms_enabled())
+    with pytest.raises(DeterminismError, match="deterministic_algorithms"):
+        Regression(NODEID, settings, RecordSink()).check(torch.ones(2))
 
 
 def draws(case: Regression) -> list[torch.Tensor]:
@@ -124,7 +157,7 @@ def reference_record() -> CaseRecord:
 
 def check_case(record: CaseRecord | None = None) -> tuple[Regression, CheckSink]:
     sink = CheckSink(record or reference_record(), "abc1234 (main)")
-    return Regression(NODEID, 0, sink), sink
+    return Regression(NODEID, current(), sink), sink
 
 
 def test_check_sink_passes_identical_values() -> None:
@@ -188,5 +221,5 @@ def test_check_sink_compares_against_inputs_drawn_the_same_way() -> None:
 def test_randint_takes_an_int_size() -> None:
     from regression.fixture import RecordSink, Regression
 
-    drawn = Regression("t.py::x", 0, RecordSink()).randint(0, 10, 5)
+    drawn = Regression("t.py::x", current(), RecordSink()).randint(0, 10, 5)
     assert drawn.shape == (5,) and drawn.dtype == torch.int64

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import uuid
 from collections.abc import Iterator
@@ -12,12 +13,14 @@ from types import ModuleType
 
 import pytest
 
-from regression.errors import ImportRedirectError
+from regression.errors import ImportRedirectError, StrayImportError
 from regression.importer import (
     SubjectRedirect,
     foreign_modules,
     install_redirect,
     module_locations,
+    require_no_strays,
+    stray_modules,
     verify_origins,
 )
 
@@ -166,3 +169,54 @@ def test_strict_redirect_refuses_a_subject_already_imported(copies: Copies) -> N
     with pytest.raises(ImportRedirectError, match="imported before the import redirect"):
         install_redirect([copies.name], copies.b, strict=True)
     assert copies.name in sys.modules  # nothing was changed
+
+
+def _import_file(path: Path) -> ModuleType:
+    name = f"stray_{uuid.uuid4().hex}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    """A project folder whose modules are imported for the test and forgotten after."""
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def _touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("VALUE = 1\n")
+    return path
+
+
+def test_module_of_the_project_outside_everything_allowed_is_a_stray(project: Path) -> None:
+    helper = _import_file(_touch(project / "zoohelp" / "__init__.py"))
+    _import_file(_touch(project / "tests" / "regression" / "helpers.py"))
+    _import_file(_touch(project / "tests" / "conftest.py"))
+    _import_file(_touch(project / "tests" / "__init__.py"))
+    stray = stray_modules(project, [project / "tests" / "regression"])
+    assert stray == {helper.__name__: "zoohelp/__init__.py"}
+    with pytest.raises(StrayImportError, match="zoohelp/__init__.py"):
+        require_no_strays(project, [project / "tests" / "regression"])
+
+
+def test_harness_files_and_allowed_folders_are_no_strays(project: Path) -> None:
+    inputs = _touch(project / "inputs.py")
+    _import_file(inputs)
+    _import_file(_touch(project / "worktree" / "subj.py"))
+    assert stray_modules(project, [project / "worktree"], [inputs]) == {}
+    assert list(stray_modules(project, [project / "worktree"]).values()) == ["inputs.py"]
+
+
+def test_modules_outside_the_project_are_no_strays(project: Path, tmp_path_factory:
+                                                   pytest.TempPathFactory) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    _import_file(_touch(elsewhere / "other.py"))
+    assert stray_modules(project, []) == {}

@@ -11,6 +11,7 @@ from regression.report import (
     CaseOutcome,
     markdown_summary,
     mismatch_message,
+    not_run_lines,
     summary_lines,
 )
 
@@ -93,3 +94,12 @@ def test_mismatch_message_names_output_reference_and_each_difference() -> None:
         "output 'y' is not bit-identical to the reference abc1234:\n"
         "  'y'[0]: 2, reference 1\n"
         "  'y'[1]: length 3")
+
+
+def test_not_run_lines_list_each_case_and_why_then_cut_off() -> None:
+    missing = [f"t.py::test_{i}" for i in range(25)]
+    lines = not_run_lines(missing, 30, lambda nodeid: f"why {nodeid[-2:]}", most=20)
+    assert lines[0] == ("25 of 30 regression cases this run was meant to check did not run, "
+                        "so it does not pass:")
+    assert lines[1] == "  t.py::test_0: why _0"
+    assert len(lines) == 22 and lines[-1] == "  ... and 5 more"

@@ -1,0 +1,57 @@
+"""Collect mode: writes the regression cases, their harness digests and the fingerprint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ..config import load_settings
+from ..errors import RegressionError
+from ..fingerprint import environment_parts
+from ..harness import HarnessDigests, extra_harness_files
+from ..importer import install_redirect, verify_origins
+from ..job import Job
+from .common import uses_fixture
+
+
+class Collector:
+    """A pytest plugin: lists every regression case pytest collects, deselected ones too
+    (a -k or -m in addopts must not shrink what a run is expected to check)."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.settings = load_settings(Path(job.config))
+        self.deselected: list[pytest.Item] = []
+
+    def start(self) -> None:
+        """Before conftests load: the candidate's subject origin, for `invoke compare`."""
+        if self.job.subject_root:
+            try:
+                install_redirect(self.settings.subject_packages, Path(self.job.subject_root),
+                                 strict=True)
+            except RegressionError as exc:
+                self.job.write_result({"error": type(exc).__name__, "message": str(exc)})
+                raise pytest.UsageError(str(exc)) from None
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected += items
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        if self.job.subject_root:
+            try:
+                verify_origins(self.settings.subject_packages, Path(self.job.subject_root))
+            except RegressionError as exc:
+                self.job.write_result({"error": type(exc).__name__, "message": str(exc)})
+                return
+        extra = extra_harness_files(self.settings.root, self.settings.harness)
+        digests = HarnessDigests(config.rootpath, extra)
+        cases = {i.nodeid: digests.of(i.path) for i in [*items, *self.deselected]
+                 if uses_fixture(i)}
+        parts = environment_parts(self.settings, self.job.reference)
+        self.job.write_result({"cases": dict(sorted(cases.items())), "parts": parts})
+
+    def fixture(self, item: pytest.Item) -> object:
+        pytest.fail("the regression fixture does not run while collecting", pytrace=False)

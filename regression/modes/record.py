@@ -1,0 +1,190 @@
+"""Record mode: runs the wanted cases against the subject imported from the worktree."""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Generator
+
+import pytest
+
+from .. import determinism
+from ..cache import ABSENT, CaseRecord, Entry
+from ..config import load_settings
+from ..errors import DeterminismError, RegressionError
+from ..fingerprint import environment_parts
+from ..harness import extra_harness_files
+from ..importer import install_redirect, require_no_strays, verify_origins
+from ..job import Job
+from .common import exception_reason, report_reason, traceback_frames, uses_fixture
+
+if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
+    from ..fixture import RecordSink, Regression
+
+XDIST_REFUSED = (
+    "recording does not run under pytest-xdist yet: -n/--numprocesses reached the recording "
+    "run (PYTEST_ADDOPTS or addopts in your pytest settings). Remove it for `invoke gen`; "
+    "the check run may use it."
+)
+
+
+class Recorder:
+    """A pytest plugin: records each wanted case's outputs, or says why it is not in the
+    reference."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.settings = load_settings(Path(job.config))
+        self.subject_root = Path(job.subject_root)
+        self.roots = (self.subject_root.resolve(), self.settings.root.resolve())
+        self.sinks: dict[str, RecordSink] = {}
+        self.absent: dict[str, str] = {}
+        self.collect_errors: dict[str, str] = {}
+        self.error_reasons: dict[str, str] = {}
+        self.collected: set[str] | None = None  # None: this process collected nothing
+        self.ran: set[str] = set()
+        self.failed = False
+
+    def start(self) -> None:
+        """Before conftests load: kernel settings, then the import redirect."""
+        determinism.prepare_process(self.settings.device)
+        try:
+            install_redirect(self.settings.subject_packages, self.subject_root, strict=True)
+        except RegressionError as exc:
+            self.fail(type(exc).__name__, str(exc))
+            raise pytest.UsageError(str(exc)) from None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if getattr(session.config.option, "numprocesses", None) or \
+                getattr(session.config.option, "dist", "no") != "no":
+            self.fail("xdist", XDIST_REFUSED)
+            raise pytest.UsageError(XDIST_REFUSED)
+        determinism.apply(self.settings.determinism)  # once here: the first call takes seconds
+        for package in self.settings.subject_packages:
+            try:
+                importlib.import_module(package)
+            except BaseException:  # noqa: B036 - any failure at import is reported as data
+                self.fail("subject_import", traceback.format_exc(limit=-8))
+                pytest.exit(f"the subject {package!r} failed to import at the reference",
+                            returncode=3)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        self.collected = (self.collected or set()) | {i.nodeid for i in items}
+        wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)]
+        unwanted = [i for i in items if i not in wanted]
+        if unwanted:
+            config.hook.pytest_deselected(items=unwanted)
+        items[:] = wanted
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Cases deselected by -k or -m were collected: they exist at the reference."""
+        self.collected = (self.collected or set()) | {i.nodeid for i in items}
+
+    def pytest_exception_interact(self, node: pytest.Item | pytest.Collector,
+                                  call: pytest.CallInfo[object],
+                                  report: pytest.TestReport | pytest.CollectReport) -> None:
+        if call.excinfo is not None:
+            error = call.excinfo.value
+            self.error_reasons[report.nodeid] = exception_reason(
+                error, traceback_frames(error), self.roots)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Remember which files failed to collect at the reference, and why."""
+        if report.failed:
+            self.collect_errors[report.nodeid] = self._reason(report)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if uses_fixture(item):
+            determinism.apply(self.settings.determinism)
+
+    def fixture(self, item: pytest.Item) -> Regression:
+        from ..fixture import RecordSink, Regression
+
+        sink = self.sinks.setdefault(item.nodeid, RecordSink())
+        return Regression(item.nodeid, self.settings.determinism, sink)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.excinfo is not None and isinstance(call.excinfo.value, DeterminismError):
+            self.fail("DeterminismError", f"{item.nodeid}: {call.excinfo.value}")
+            item.session.shouldstop = "the determinism settings changed during a case"
+        elif call.excinfo is not None:
+            error = call.excinfo.value
+            self.error_reasons[report.nodeid] = exception_reason(
+                error, traceback_frames(error), self.roots)
+        if report.when == "call" or not report.passed:
+            self.ran.add(report.nodeid)
+        if report.failed or report.skipped:
+            verb = "skipped" if report.skipped else "failed"
+            self.absent.setdefault(report.nodeid,
+                                   f"{verb} at the reference: {self._reason(report)}")
+        return report
+
+    def _reason(self, report: pytest.TestReport | pytest.CollectReport) -> str:
+        return self.error_reasons.get(report.nodeid) or report_reason(report)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.failed:
+            session.exitstatus = 3
+            return
+        try:
+            verify_origins(self.settings.subject_packages, self.subject_root)
+            self._require_no_strays()
+            recorded, absent = self._store()
+        except RegressionError as exc:
+            self.fail(type(exc).__name__, str(exc))
+            session.exitstatus = 3
+            return
+        self.job.write_result({"recorded": recorded, "absent": absent})
+        session.exitstatus = 0
+
+    def _require_no_strays(self) -> None:
+        """Every module from the user's repository must be subject (from the worktree),
+        test code or harness; anything else would be the candidate posing as reference."""
+        root = self.settings.root
+        tests = [root / t for t in self.settings.tests]
+        harness = extra_harness_files(root, self.settings.harness)
+        require_no_strays(root, [self.subject_root, *tests], harness)
+
+    def _store(self) -> tuple[list[str], dict[str, str]]:
+        entry = Entry(self.settings.cache_dir, environment_parts(self.settings,
+                                                                 self.job.reference))
+        if entry.parts != self.job.parts:
+            raise RegressionError(
+                "the recording process sees another environment than the one that started "
+                f"it: {sorted(k for k in entry.parts if entry.parts[k] != self.job.parts.get(k))}"
+            )
+        entry.create()
+        recorded, absent = [], {}
+        for nodeid, harness in self.job.cases.items():
+            reason = self.absent.get(nodeid) or self._not_collected(nodeid)
+            if reason:
+                entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason))
+                absent[nodeid] = reason
+            elif nodeid in self.ran:
+                sink = self.sinks.get(nodeid)
+                outputs = tuple(sink.outputs) if sink else ()
+                entry.save_case(CaseRecord(nodeid, harness, outputs=outputs))
+                recorded.append(nodeid)
+            # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
+        return recorded, absent
+
+    def _not_collected(self, nodeid: str) -> str:
+        """Why a case that did not run is not in the reference; "" if it was collected."""
+        if self.collected is None or nodeid in self.collected:
+            return ""
+        path = nodeid.split("::", 1)[0]
+        for where, error in self.collect_errors.items():
+            if path == where or path.startswith(where.rstrip("/") + "/") or not where:
+                return f"could not be collected at the reference: {error}"
+        return "does not exist at the reference"
+
+    def fail(self, kind: str, message: str) -> None:
+        self.failed = True
+        self.job.write_result({"error": kind, "message": message})

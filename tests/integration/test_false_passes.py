@@ -1,0 +1,112 @@
+"""Ways a run could pass without checking what it should: each one fails, and says why."""
+
+from __future__ import annotations
+
+from helpers import Repo, output
+
+HELPED_SUBJECT = """\
+import torch
+import zoohelp
+
+
+def forward(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * zoohelp.SCALE
+"""
+
+
+def test_helper_package_outside_the_subject_stops_the_recording(subject_repo: Repo) -> None:
+    subject_repo.write("zoohelp/__init__.py", "SCALE = 1.0\n")
+    subject_repo.write("subj/__init__.py", HELPED_SUBJECT)
+    subject_repo.commit("a helper package beside the subject")
+    refused = subject_repo.invoke("gen", "--reference", "HEAD")
+    assert refused.returncode == 2, output(refused)
+    assert "zoohelp (zoohelp/__init__.py)" in refused.stderr
+    assert "subject.packages" in refused.stderr and "harness" in refused.stderr
+    assert "Traceback" not in output(refused)
+    config = (subject_repo.path / "config.yaml").read_text()
+    subject_repo.write("config.yaml", config.replace("[subj]", "[subj, zoohelp]"))
+    subject_repo.write("zoohelp/__init__.py", "SCALE = 1.5\n")  # now the reference's is used
+    caught = subject_repo.invoke("test", "--reference", "HEAD")
+    assert caught.returncode == 1, output(caught)
+    assert "CHANGED tests/test_subj.py::test_forward" in output(caught)
+
+
+def test_cases_deselected_by_addopts_or_collect_only_fail_the_run(subject_repo: Repo) -> None:
+    assert subject_repo.invoke("gen").returncode == 0
+    for addopts, why in (("-k nomatch", "deselected by -k"), ("--co", "--collect-only")):
+        for shard in ((), ("--shard", "1/1")):
+            done = subject_repo.invoke("test", *shard, env={"PYTEST_ADDOPTS": addopts})
+            text = output(done)
+            assert done.returncode == 1, (addopts, shard, text)
+            assert "1 of 1 regression cases this run was meant to check did not run" in text
+            assert f"tests/test_subj.py::test_forward: {why}" in text
+
+
+def test_case_that_checks_nothing_is_an_error(subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_subj.py", """\
+        def test_forward(regression):
+            regression.randn(3)  # draws inputs, checks nothing
+        """)
+    subject_repo.commit("a case that checks nothing")
+    done = subject_repo.invoke("test", "--reference", "HEAD")
+    text = output(done)
+    assert done.returncode == 1, text
+    assert "0 identical" in text and "1 error" in text
+    assert "called regression.check() zero times" in text
+
+
+def test_reasons_name_the_exception_and_where_it_happened(subject_repo: Repo) -> None:
+    subject_repo.write("subj/edge.py", "def edge(x:\n    return x\n")  # does not parse
+    subject_repo.write("tests/test_edge.py", """\
+        from subj.edge import edge
+
+
+        def test_edge(regression):
+            regression.check(edge(1.0))
+        """)
+    subject_repo.write("tests/test_store.py", """\
+        def test_unstorable(regression):
+            regression.check(object())
+        """)
+    subject_repo.commit("a subject module that does not parse, a value that cannot be stored")
+    subject_repo.write("subj/edge.py", "def edge(x):\n    return x\n")
+    done = subject_repo.invoke("test", "--reference", "HEAD")
+    text = output(done)
+    assert "NOT IN REFERENCE tests/test_edge.py::test_edge: could not be collected at the " \
+           "reference: SyntaxError: " in text, text
+    assert "(in subj/edge.py:1)" in text
+    assert "StoreError: cannot store builtins.object at <value>" in text
+    assert "(in tests/test_store.py:2)" in text
+
+
+def test_recording_refuses_xdist_and_says_so(subject_repo: Repo) -> None:
+    done = subject_repo.invoke("gen", env={"PYTEST_ADDOPTS": "-n 2"})
+    assert done.returncode == 2, output(done)
+    assert "recording does not run under pytest-xdist" in done.stderr
+    assert "Traceback" not in output(done)
+
+
+def test_thread_count_changed_by_a_conftest_is_an_error_in_both_modes(subject_repo: Repo) -> None:
+    subject_repo.write("tests/conftest.py", """\
+        import os
+
+        import pytest
+        import torch
+
+
+        @pytest.fixture(autouse=True)
+        def threads():
+            if os.environ.get("MORE_THREADS"):
+                torch.set_num_threads(2)
+        """)
+    subject_repo.commit("a conftest that may change the thread count")
+    more = {"MORE_THREADS": "1"}
+    refused = subject_repo.invoke("gen", "--reference", "HEAD", env=more)
+    assert refused.returncode == 2, output(refused)
+    assert "torch.get_num_threads() is 2, but config.yaml's determinism.threads is 1" \
+        in refused.stderr
+    assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
+    checked = subject_repo.invoke("test", "--reference", "HEAD", env=more)
+    assert checked.returncode == 1, output(checked)
+    assert "determinism.threads is 1" in output(checked)
+    assert "0 identical" in output(checked)

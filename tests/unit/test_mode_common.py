@@ -1,0 +1,50 @@
+"""Tests of regression.modes.common: how a failure at the reference is described."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from regression.modes.common import exception_reason, shown_path, traceback_frames
+
+
+def _raised(error: BaseException) -> BaseException:
+    try:
+        raise error
+    except BaseException as caught:  # noqa: B036 - the test needs the raised exception
+        return caught
+
+
+def test_message_and_deepest_frame_inside_the_project(tmp_path: Path) -> None:
+    error = _raised(ValueError("bad shape"))
+    here = Path(__file__).resolve()
+    reason = exception_reason(error, traceback_frames(error), (here.parent,))
+    assert reason.startswith("ValueError: bad shape (in test_mode_common.py:")
+
+
+def test_syntax_error_names_the_file_that_does_not_parse(tmp_path: Path) -> None:
+    broken = tmp_path / "subj" / "edge.py"
+    broken.parent.mkdir()
+    broken.write_text("def edge(x:\n    return x\n")
+    error = _raised(SyntaxError("invalid syntax", (str(broken), 1, 9, "def edge(x:\n")))
+    reason = exception_reason(error, traceback_frames(error), (tmp_path.resolve(),))
+    assert reason == "SyntaxError: invalid syntax (edge.py, line 1) (in subj/edge.py:1)"
+
+
+def test_collect_error_is_described_by_its_cause(tmp_path: Path) -> None:
+    cause = _raised(ImportError("No module named 'gone'"))
+    wrapper = pytest.Collector.CollectError("ImportError while importing test module ...")
+    wrapper.__cause__ = cause
+    reason = exception_reason(wrapper, traceback_frames(wrapper), (tmp_path,))
+    assert reason.startswith("ImportError: No module named 'gone' (in ")
+
+
+def test_skip_and_fail_give_their_message_alone() -> None:
+    skipped = _raised(pytest.skip.Exception("needs a GPU"))
+    assert exception_reason(skipped, [], ()) == "needs a GPU"
+
+
+def test_paths_outside_every_root_are_shown_whole(tmp_path: Path) -> None:
+    assert shown_path("/elsewhere/x.py", (tmp_path,)) == "/elsewhere/x.py"
+    assert shown_path(str(tmp_path / "a" / "b.py"), (tmp_path.resolve(),)) == "a/b.py"
