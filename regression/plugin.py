@@ -5,17 +5,20 @@ Inert for tests that do not use the fixture: nothing heavy is loaded until one d
 
 from __future__ import annotations
 
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import pytest
 
 from .job import RECORD, current_job
-from .modes.check import Checker
-from .modes.collect import Collector
-from .modes.record import Recorder
+
+if TYPE_CHECKING:  # each mode is imported only in the runs that use it
+    from .modes.check import Checker
+    from .modes.collect import Collector
+    from .modes.record import Recorder
+
+    Mode = Union[Checker, Collector, Recorder]
 
 MODE_PLUGIN = "torch-regression-mode"
-Mode = Union[Checker, Collector, Recorder]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,10 +42,16 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     job = current_job()
     mode: Mode
     if job is None:
+        from .modes.check import Checker
+
         mode = Checker(early_config)
     elif job.mode == RECORD:
+        from .modes.record import Recorder
+
         mode = Recorder(job)
     else:
+        from .modes.collect import Collector
+
         mode = Collector(job)
     early_config.pluginmanager.register(mode, MODE_PLUGIN)
     mode.start()

@@ -9,21 +9,16 @@ from typing import TYPE_CHECKING, Generator
 
 import pytest
 
-from .. import determinism
-from ..cache import CaseRecord, Entry
-from ..config import Settings, find_config, load_settings
-from ..durations import store_durations
 from ..errors import RegressionError, StoreError
-from ..fingerprint import environment_parts
-from ..harness import HarnessDigests, extra_harness_files
-from ..importer import install_redirect, verify_origins
 from ..report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, markdown_summary, \
     not_run_lines, summary_lines
-from ..revision import describe, open_repo, resolve_revision
 from .common import exception_reason, report_reason, traceback_frames, uses_fixture
 
-if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
+if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
+    from ..cache import CaseRecord, Entry
+    from ..config import Settings
     from ..fixture import CheckSink, Regression
+    from ..harness import HarnessDigests
 
 CHECKED_NOTHING = ("the test called regression.check() zero times, so it checks nothing; "
                    "call regression.check(output) on what the case should keep stable")
@@ -53,6 +48,9 @@ class Checker:
         invoke, the same determinism settings record mode applies before importing it."""
         driven = getattr(self.config.known_args_namespace, "regression_reference", None)
         if self.subject_root or driven:
+            from .. import determinism
+            from ..importer import install_redirect
+
             settings = self._settings()
             determinism.prepare_process(settings.device)
             determinism.apply(settings.determinism)
@@ -63,6 +61,8 @@ class Checker:
                     raise pytest.UsageError(f"torch-regression: {exc}") from None
 
     def _settings(self) -> Settings:
+        from ..config import find_config, load_settings
+
         try:
             return load_settings(find_config(self.config.rootpath))
         except RegressionError as exc:
@@ -103,6 +103,12 @@ class Checker:
 
     def _prepare(self) -> None:
         """Find the reference for this environment; raises UsageError when it can't."""
+        from .. import determinism
+        from ..cache import Entry
+        from ..fingerprint import environment_parts
+        from ..harness import HarnessDigests, extra_harness_files
+        from ..revision import describe, open_repo, resolve_revision
+
         settings = self._settings()
         try:
             revision = settings.revision_for(self.config.getoption("regression_reference"))
@@ -110,7 +116,7 @@ class Checker:
             self.settings: Settings = settings
             self.label = describe(revision, sha)
             self.entry = Entry(settings.cache_dir, environment_parts(settings, sha))
-            self.harness = HarnessDigests(self.config.rootpath,
+            self.harness: HarnessDigests = HarnessDigests(self.config.rootpath,
                                           extra_harness_files(settings.root, settings.harness))
             determinism.prepare_process(settings.device)
             determinism.apply(settings.determinism)  # once here: the first call takes seconds
@@ -120,6 +126,8 @@ class Checker:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if uses_fixture(item) and self.entry is not None:
+            from .. import determinism
+
             determinism.apply(self.settings.determinism)
 
     def fixture(self, item: pytest.Item) -> Regression:
@@ -225,6 +233,8 @@ class Checker:
         """Prove the run complete and the subject's origin; store durations; summaries."""
         self._require_all_ran(session)
         if self.entry is not None:  # regression cases ran: the candidate must be the tree
+            from ..importer import verify_origins
+
             root = self.subject_root or self.settings.root / self.settings.subject_path
             try:
                 verify_origins(self.settings.subject_packages, root)
@@ -233,6 +243,8 @@ class Checker:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         durations_path = self.config.getoption("regression_durations")
         if durations_path and self.durations:
+            from ..durations import store_durations
+
             store_durations(Path(durations_path), self.durations)
         self.write_step_summary()
 
@@ -256,7 +268,7 @@ class Checker:
             return "--collect-only: nothing ran"
         if self.collected is not None and nodeid not in self.collected:
             return "not collected (an error, --ignore, or a renamed test?)"
-        if self.config.option.maxfail or self.config.option.exitfirst:
+        if self.config.option.maxfail:
             return "the run stopped early (-x or --maxfail)"
         return "did not run"
 
