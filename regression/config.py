@@ -71,17 +71,30 @@ class Settings:
 
 
 def find_config(start: Path) -> Path:
-    """The nearest config.yaml in `start` or a folder above it."""
+    """config.yaml in `start` (pytest's rootdir, or the current folder), else at the top of
+    the git repository that holds it; never in a folder above the repository."""
     start = start.resolve()
-    for folder in (start, *start.parents):
+    top = git_top_level(start)
+    for folder in dict.fromkeys((start, top or start)):
         candidate = folder / CONFIG_NAME
         if candidate.is_file():
             return candidate
+    where = f"in {start} or at the top of its git repository ({top})" if top and top != start \
+        else f"in {start}"
     raise ConfigError(
         str(start / CONFIG_NAME),
-        "no config.yaml here or in any folder above; create one "
-        "(see the README's Configuration section)",
+        f"no config.yaml {where}; create one (see the README's Configuration section), "
+        "or run from the folder that holds it",
     )
+
+
+def git_top_level(start: Path) -> Path | None:
+    """The nearest folder at or above `start` that holds `.git` (a folder, or a file in a
+    worktree); None outside a repository. No git process: this runs at every pytest start."""
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
 
 
 def load_settings(path: Path) -> Settings:

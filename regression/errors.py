@@ -55,3 +55,24 @@ class DeterminismError(RegressionError):
 
 class StrayImportError(RegressionError):
     """A module of the user's working tree was imported while recording at the reference."""
+
+
+def error_data(error: RegressionError) -> dict[str, object]:
+    """An error as JSON-ready data, to cross from a child process to its parent."""
+    return {"error": type(error).__name__, "message": str(error)}
+
+
+def error_from_data(data: dict[str, object]) -> RegressionError:
+    """The error that `error_data` describes, of the same class where it is one of ours."""
+    kinds = {cls.__name__: cls for cls in _subclasses(RegressionError)}
+    cls = kinds.get(str(data.get("error")), RegressionError)
+    error = cls.__new__(cls)
+    Exception.__init__(error, str(data.get("message", "")))
+    return error
+
+
+def _subclasses(cls: type[RegressionError]) -> list[type[RegressionError]]:
+    found = [cls]
+    for child in cls.__subclasses__():
+        found += _subclasses(child)
+    return found

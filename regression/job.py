@@ -1,4 +1,9 @@
-"""The instructions a runner hands to the pytest subprocess it starts, as a JSON file."""
+"""The one typed job a parent hands to the pytest process it starts, and what comes back.
+
+The parent resolves the reference once and passes the SHA; the child writes its result, or
+its error as data, to the job's result file, so an error in a child is the same error in
+the parent.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +11,44 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from .errors import RegressionError, error_data
 
 JOB_ENV = "REGRESSION_JOB"
 COLLECT = "collect"
 RECORD = "record"
+CHECK = "check"
+GEN_AUTO = "auto"    # record what is missing or invalid, then check
+GEN_NEVER = "never"  # invoke test --no-gen: stop when a reference is missing
+GEN_ONLY = "only"    # invoke gen: record what is missing, run no test
 
 
 @dataclass(frozen=True)
 class Job:
-    """What a collect or record subprocess is to do, and where it writes its result."""
+    """What a collect, record or check process is to do, and where it writes its result."""
 
     mode: str
     result: str
     config: str = ""
     reference: str = ""
+    """The full SHA of the reference, resolved by the parent."""
+    revision: str = ""
+    """The reference as the user named it (tag, branch, HEAD~1), for messages."""
     subject_root: str = ""
+    """Record: the subject folder in the reference worktree. Collect and check: the
+    candidate's subject folder in its worktree (`invoke compare`); empty for the working
+    tree."""
     parts: dict[str, str] = field(default_factory=dict)
+    """Record: the fingerprint the parent computed; the child must see the same."""
     cases: dict[str, str] = field(default_factory=dict)
     """Record: the wanted cases, node id -> harness digest."""
+    shard: str = ""
+    """Check: 'i/n' to run one shard."""
+    gen: str = GEN_AUTO
+    """Check: GEN_AUTO, GEN_NEVER or GEN_ONLY."""
+    force: bool = False
+    """Check with GEN_ONLY: record every case again."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -31,9 +56,20 @@ class Job:
     def write_result(self, result: dict[str, object]) -> None:
         Path(self.result).write_text(json.dumps(result), encoding="utf-8")
 
+    def write_error(self, error: RegressionError) -> None:
+        self.write_result(error_data(error))
+
+    def read_result(self) -> dict[str, Any] | None:
+        """The child's result; None when it wrote none (it crashed or was killed)."""
+        path = Path(self.result)
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else None
+
 
 def current_job() -> Job | None:
-    """The job of this process, None in a plain pytest run (check mode)."""
+    """The job of this process, None in a plain pytest run."""
     path = os.environ.get(JOB_ENV)
     if not path:
         return None

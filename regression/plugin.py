@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Union
 
 import pytest
 
-from .job import RECORD, current_job
+from .job import CHECK, RECORD, current_job
 
 if TYPE_CHECKING:  # each mode is imported only in the runs that use it
     from .modes.check import Checker
@@ -27,13 +27,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="reference revision or name from config.yaml (default: config.yaml)")
     group.addoption("--regression-strict", action="store_true", default=False,
                     help="fail cases that are not in the reference instead of skipping them")
-    group.addoption("--regression-cases", default=None, metavar="FILE",
-                    help="run only the regression cases listed in this JSON file (a shard); "
-                         "each of them must run")
+    group.addoption("--regression-no-gen", action="store_true", default=False,
+                    help="never record: a case without a valid reference fails with the reason")
     group.addoption("--regression-durations", default=None, metavar="FILE",
                     help="merge the seconds each regression case took into this JSON file")
-    group.addoption("--regression-subject-root", default=None, metavar="DIR",
-                    help="import the subject packages from DIR, and prove it (invoke compare)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -41,10 +38,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Register this run's mode plugin before any conftest can import the subject."""
     job = current_job()
     mode: Mode
-    if job is None:
+    if job is None or job.mode == CHECK:
         from .modes.check import Checker
 
-        mode = Checker(early_config)
+        mode = Checker(early_config, job)
     elif job.mode == RECORD:
         from .modes.record import Recorder
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 if TYPE_CHECKING:
     from .compare import Difference
+    from .runner import Generation
 
 IDENTICAL = "identical"
 CHANGED = "changed"
@@ -79,4 +80,15 @@ def not_run_lines(missing: Sequence[str], total: int, why: Callable[[str], str],
     lines += [f"  {nodeid}: {why(nodeid)}" for nodeid in missing[:most]]
     if len(missing) > most:
         lines.append(f"  ... and {len(missing) - most} more")
+    return lines
+
+
+def generation_lines(generation: Generation, total: int) -> list[str]:
+    """What a generation did, for the terminal."""
+    if not generation.recorded and not generation.absent:
+        return [f"reference up to date: all {total} cases reused from the cache, nothing "
+                "generated"]
+    lines = [f"recorded {len(generation.recorded)} cases, reused {generation.reused}"]
+    lines += [f"not in reference: {nodeid}: {reason}"
+              for nodeid, reason in generation.absent.items()]
     return lines

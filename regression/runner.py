@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -20,9 +21,9 @@ from .cache import Entry
 from .config import CACHE_DIR_ENV, Settings, load_settings
 from .durations import read_durations
 from .errors import CacheError, CollectionError, ConfigError, ImportRedirectError, RegressionError, \
-    StoreError, SubjectImportError
+    StoreError, SubjectImportError, error_from_data
 from .fingerprint import digest
-from .job import COLLECT, JOB_ENV, RECORD, Job
+from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, RECORD, Job
 from .shard import ShardSpec
 from .revision import describe, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
     short
@@ -86,8 +87,16 @@ def resolve(settings: Settings, reference: str | None) -> Reference:
     return Reference(settings, repo, revision, resolve_revision(repo, revision))
 
 
+def _serial() -> tuple[str, ...]:
+    """Arguments that keep pytest-xdist out of a run whatever addopts says (-n 2 there):
+    collecting, recording and `invoke gen` run in one process."""
+    return ("-n", "0") if importlib.util.find_spec("xdist") is not None else ()
+
+
 def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
             capture: bool) -> subprocess.CompletedProcess[str]:
+    if job is not None and (job.mode != CHECK or job.gen == GEN_ONLY):
+        args = [*_serial(), *args]
     env = {k: v for k, v in os.environ.items() if k != JOB_ENV}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
@@ -100,14 +109,6 @@ def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
                    *args]
         return subprocess.run(command, cwd=settings.root, env=env, text=True,
                               capture_output=capture, check=False)
-
-
-def _job_result(job: Job) -> dict[str, Any] | None:
-    path = Path(job.result)
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else None
 
 
 def _tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
@@ -123,7 +124,7 @@ def collect(reference: Reference, subject_root: Path | None = None) -> Suite:
                   config=str(settings.path), reference=reference.sha,
                   subject_root=str(subject_root or ""))
         process = _pytest(settings, ["--collect-only", "-q", *settings.tests], job, True)
-        result = _job_result(job)
+        result = job.read_result()
         if result and "error" in result:
             raise _record_error(reference, str(result["error"]), str(result.get("message")))
         if process.returncode not in (0, 5) or result is None or "cases" not in result:
@@ -236,7 +237,7 @@ def _record(suite: Suite, todo: dict[str, str]) -> dict[str, Any]:
                   parts=suite.entry.parts, cases=todo)
         process = _pytest(settings, ["-q", "--no-header", "-rN", "--continue-on-collection-errors",
                                      *settings.tests], job, True)
-        result = _job_result(job)
+        result = job.read_result()
     if result is None:
         raise RegressionError(
             f"recording at {reference.label} stopped without a result "
@@ -261,28 +262,31 @@ def _record_error(reference: Reference, kind: str, message: str) -> RegressionEr
     return RegressionError(message)
 
 
-def run_checks(suite: Suite, strict: bool = False, junitxml: str | None = None,
-               store_durations: bool = False) -> int:
-    """Run the candidate's tests against the recorded reference; pytest's exit code."""
-    settings = suite.reference.settings
-    args = ["--regression-reference", suite.reference.revision, *settings.tests]
-    if strict:
-        args.append("--regression-strict")
-    if junitxml:
-        args.append(f"--junitxml={Path(junitxml).resolve()}")
-    if store_durations:
-        args.append(f"--regression-durations={settings.durations_file}")
-    if suite.subject_root:
-        args.append(f"--regression-subject-root={suite.subject_root}")
+def check_job(reference: Reference, *, shard: ShardSpec | None = None,
+              subject_root: Path | None = None, gen: str = GEN_AUTO, force: bool = False,
+              result: str = "") -> Job:
+    """The job of a check process: the resolved reference and what to do about its cache."""
+    return Job(mode=CHECK, result=result, config=str(reference.settings.path),
+               reference=reference.sha, revision=reference.revision,
+               subject_root=str(subject_root or ""), shard=str(shard or ""), gen=gen,
+               force=force)
+
+
+def run_check_process(reference: Reference, job: Job, args: Sequence[str],
+                      capture: bool) -> tuple[int, dict[str, Any] | None, str]:
+    """Start the one pytest process of `invoke test` or `invoke gen`.
+
+    Returns its exit code, its result (None if it wrote none) and, when captured, the tail
+    of its output. An error it reports as data is raised here as the same error.
+    """
+    settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
-        selection = Path(folder) / "cases.json"  # the check run must run each of them
-        selection.write_text(json.dumps({"cases": sorted(suite.cases),
-                                         "others": suite.shard is None or suite.shard.index == 1}),
-                             encoding="utf-8")
-        args.append(f"--regression-cases={selection}")
-        code = _pytest(settings, args, None, capture=False).returncode
-    empty_by_assignment = code == 5 and suite.shard is not None and not suite.cases
-    return 0 if empty_by_assignment else code
+        job = replace(job, result=str(Path(folder) / "result.json"))
+        process = _pytest(settings, [*args, *settings.tests], job, capture)
+        result = job.read_result()
+    if result and "error" in result:
+        raise error_from_data(result)
+    return process.returncode, result, _tail(process) if capture else ""
 
 
 def cache_key(suite: Suite) -> str:

@@ -15,9 +15,11 @@ from .config import Settings, find_config, load_settings
 from . import inventory
 from .errors import RegressionError
 from .durations import read_durations
-from .runner import Generation, Suite, cache_key, candidate_checkout, collect, generate, \
-    require_valid, resolve, run_checks, select_shard
-from .shard import parse_shard
+from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
+from .report import generation_lines
+from .runner import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
+    collect, resolve, run_check_process, select_shard
+from .shard import ShardSpec, parse_shard
 from .shard import table as shard_table
 
 T = TypeVar("T")
@@ -35,15 +37,6 @@ def _translate(work: Callable[[], T]) -> T:
         raise Exit(f"torch-regression: {exc}", code=2) from None
 
 
-def _report(generation: Generation, total: int) -> None:
-    if not generation.recorded and not generation.absent:
-        print(f"reference up to date: all {total} cases reused from the cache, nothing generated")
-        return
-    print(f"recorded {len(generation.recorded)} cases, reused {generation.reused}")
-    for nodeid, reason in generation.absent.items():
-        print(f"not in reference: {nodeid}: {reason}")
-
-
 SHARD_HELP = "only shard i of n (1-based), e.g. 2/4; every case is in exactly one shard"
 
 
@@ -52,15 +45,17 @@ def _suite(reference: str | None, shard_spec: str | None) -> Suite:
     return select_shard(collect(resolve(_settings(), reference)), spec)
 
 
-def _announce(suite: Suite) -> None:
-    if suite.shard:
-        print(f"shard {suite.shard}: {len(suite.cases)} cases")
-
-
 def _gen(reference: str | None, shard_spec: str | None, force: bool) -> None:
-    suite = _suite(reference, shard_spec)
-    _announce(suite)
-    _report(generate(suite, force=force), len(suite.cases))
+    resolved = resolve(_settings(), reference)
+    spec = parse_shard(shard_spec) if shard_spec else None
+    job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force)
+    code, result, _ = run_check_process(resolved, job, ["-p", "no:terminal"], capture=False)
+    if result is None or code:
+        raise RegressionError(f"the generation at {resolved.label} stopped (pytest exit "
+                              f"{code}) before it finished; its output is above")
+    generation = Generation(**result["generation"]) if result["generation"] else Generation()
+    for line in generation_lines(generation, int(result["cases"])):
+        print(line)
 
 
 @task(help={"reference": REFERENCE_HELP, "shard": SHARD_HELP,
@@ -71,14 +66,19 @@ def gen(c: Context, reference: str | None = None, shard: str | None = None,
     _translate(lambda: _gen(reference, shard, force))
 
 
-def _check(suite: Suite, no_gen: bool, strict: bool, junitxml: str | None,
-           store_durations: bool) -> int:
-    _announce(suite)
-    if no_gen:
-        require_valid(suite)
-    else:
-        _report(generate(suite), len(suite.cases))
-    return run_checks(suite, strict=strict, junitxml=junitxml, store_durations=store_durations)
+def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bool,
+           junitxml: str | None, store_durations: bool, subject_root: Path | None = None) -> int:
+    """One pytest process: it records what is missing (unless `no_gen`), then checks."""
+    args = []
+    if strict:
+        args.append("--regression-strict")
+    if junitxml:
+        args.append(f"--junitxml={Path(junitxml).resolve()}")
+    if store_durations:
+        args.append(f"--regression-durations={resolved.settings.durations_file}")
+    job = check_job(resolved, shard=spec, subject_root=subject_root,
+                    gen=GEN_NEVER if no_gen else GEN_AUTO)
+    return run_check_process(resolved, job, args, capture=False)[0]
 
 
 def _exit_with(code: int) -> None:
@@ -98,17 +98,20 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
          strict: bool = False, junitxml: str | None = None, no_gen: bool = False,
          store_durations: bool = False) -> None:
     """Generate what is missing, then check the working tree against the reference."""
-    _exit_with(_translate(lambda: _check(_suite(reference, shard), no_gen, strict, junitxml,
-                                         store_durations)))
+    def work() -> int:
+        spec = parse_shard(shard) if shard else None
+        return _check(resolve(_settings(), reference), spec, no_gen, strict, junitxml,
+                      store_durations)
+    _exit_with(_translate(work))
 
 
 def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
              junitxml: str | None) -> int:
     spec = parse_shard(shard_spec) if shard_spec else None
     with candidate_checkout(_settings(), candidate) as (settings, subject_root):
-        suite = select_shard(collect(resolve(settings, reference), subject_root), spec)
-        print(f"comparing {candidate} (candidate) with {suite.reference.label} (reference)")
-        return _check(suite, False, strict, junitxml, store_durations=False)
+        resolved = resolve(settings, reference)
+        print(f"comparing {candidate} (candidate) with {resolved.label} (reference)")
+        return _check(resolved, spec, False, strict, junitxml, False, subject_root)
 
 
 @task(help={

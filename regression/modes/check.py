@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Generator
+from typing import TYPE_CHECKING, Generator, NoReturn
 
 import pytest
 
 from ..errors import RegressionError, StoreError
-from ..report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, markdown_summary, \
-    not_run_lines, summary_lines
+from ..job import GEN_ONLY, Job
+from ..report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, generation_lines, \
+    markdown_summary, not_run_lines, summary_lines
 from .common import exception_reason, report_reason, traceback_frames, uses_fixture
 
 if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
     from ..cache import CaseRecord, Entry
     from ..config import Settings
     from ..fixture import CheckSink, Regression
-    from ..harness import HarnessDigests
+    from .prepare import Prepared
 
+WORKER_KEY = "torch_regression"
 CHECKED_NOTHING = ("the test called regression.check() zero times, so it checks nothing; "
                    "call regression.check(output) on what the case should keep stable")
 
@@ -28,104 +29,138 @@ class Checker:
     """A pytest plugin: compares each case with the reference, and proves the run checked
     every case it was meant to."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, job: Job | None) -> None:
         self.config = config
+        self.job = job
+        """Set when invoke started this run: the resolved reference, shard and gen policy."""
         self.outcomes: dict[str, CaseOutcome] = {}
         self.sinks: dict[str, CheckSink] = {}
-        self.entry: Entry | None = None
-        self.label = ""
+        self.prepared: Prepared | None = None
         self.durations: dict[str, float] = {}
         self.collected: set[str] | None = None
-        self.deselected: set[str] = set()
+        self.expected: set[str] | None = None
+        """Driven runs: the cases that must run, or the run fails."""
+        self.worker_label = ""
+        self.deselected: dict[str, pytest.Item] = {}
         self.ran: set[str] = set()
         self.error_reasons: dict[str, str] = {}
         self.finish_errors: list[str] = []
-        root = getattr(config.known_args_namespace, "regression_subject_root", None)
-        self.subject_root = Path(root).resolve() if root else None
+        self.subject_root = Path(job.subject_root).resolve() if job and job.subject_root \
+            else None
+
+    @property
+    def label(self) -> str:
+        return self.prepared.label if self.prepared else ""
+
+    @property
+    def gen_only(self) -> bool:
+        return self.job is not None and self.job.gen == GEN_ONLY
 
     def start(self) -> None:
-        """Before conftests load: the subject's origin (compare), and, in a run started by
-        invoke, the same determinism settings record mode applies before importing it."""
-        driven = getattr(self.config.known_args_namespace, "regression_reference", None)
-        if self.subject_root or driven:
-            from .. import determinism
-            from ..importer import install_redirect
+        """Before conftests load, in a run started by invoke: the determinism settings that
+        record mode applies before importing the subject, and the subject's origin (compare)."""
+        if self.job is None:
+            return
+        from .. import determinism
+        from ..importer import install_redirect
 
-            settings = self._settings()
-            determinism.prepare_process(settings.device)
-            determinism.apply(settings.determinism)
-            if self.subject_root:
-                try:
-                    install_redirect(settings.subject_packages, self.subject_root, strict=True)
-                except RegressionError as exc:
-                    raise pytest.UsageError(f"torch-regression: {exc}") from None
+        settings = self._settings()
+        determinism.prepare_process(settings.device)
+        determinism.apply(settings.determinism)
+        if self.subject_root:
+            try:
+                install_redirect(settings.subject_packages, self.subject_root, strict=True)
+            except RegressionError as exc:
+                self._refuse(exc)
 
     def _settings(self) -> Settings:
         from ..config import find_config, load_settings
 
         try:
-            return load_settings(find_config(self.config.rootpath))
+            path = Path(self.job.config) if self.job else find_config(self.config.rootpath)
+            return load_settings(path)
         except RegressionError as exc:
-            raise pytest.UsageError(f"torch-regression: {exc}") from None
+            self._refuse(exc)
+
+    def _refuse(self, error: RegressionError) -> NoReturn:
+        """Stop the run with `error`: data for the invoke task, a usage error for pytest."""
+        if self.job is not None:
+            self.job.write_error(error)
+        raise pytest.UsageError(f"torch-regression: {error}") from None
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.deselected.update(i.nodeid for i in items)
+        self.deselected.update((i.nodeid, i) for i in items)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
-        self.collected = {i.nodeid for i in items} | self.deselected
-        self._select(config, items)
-        if not config.option.collectonly and any(uses_fixture(i) for i in items):
-            self._prepare()
-
-    def _select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """With --regression-cases FILE, run only the regression cases it lists, and the
-        tests that are no regression cases only if it says so (shard 1); each listed case
-        must then run."""
-        selection = self._selection()
-        if selection is None:
+        """Narrow to the shard and record what is missing, before the first case runs."""
+        everything = [*items, *self.deselected.values()]
+        self.collected = {i.nodeid for i in everything}
+        if self.job is not None:
+            self.expected = self._expected(everything)
+        if not any(uses_fixture(i) for i in everything):
+            self._write_result()
             return
-        expected, others = selection
-        keep = [i for i in items if (i.nodeid in expected if uses_fixture(i) else others)]
+        if config.option.collectonly and not self.gen_only:
+            return
+        try:
+            self.prepared = self._prepare(everything, {i.nodeid for i in items})
+        except RegressionError as exc:
+            self._refuse(exc)
+        keep = [i for i in items if (i.nodeid in self.prepared.chosen if uses_fixture(i)
+                                     else self.prepared.others) and not self.gen_only]
         dropped = [i for i in items if i not in keep]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+        self._write_result()
 
-    def _selection(self) -> tuple[set[str], bool] | None:
-        """The cases of --regression-cases, and whether other tests run too; None without."""
-        path = self.config.getoption("regression_cases")
-        if not path:
-            return None
-        selection = json.loads(Path(path).read_text(encoding="utf-8"))
-        return set(selection["cases"]), bool(selection["others"])
+    def _expected(self, everything: list[pytest.Item]) -> set[str]:
+        """The regression cases this driven run must run: its shard's, or all of them."""
+        from .prepare import shard_cases
 
-    def _prepare(self) -> None:
-        """Find the reference for this environment; raises UsageError when it can't."""
+        try:
+            return shard_cases(self._settings(), self.job, everything)
+        except RegressionError as exc:
+            self._refuse(exc)
+
+    def _prepare(self, everything: list[pytest.Item], selected: set[str]) -> Prepared:
         from .. import determinism
-        from ..cache import Entry
-        from ..fingerprint import environment_parts
-        from ..harness import HarnessDigests, extra_harness_files
-        from ..revision import describe, open_repo, resolve_revision
+        from .prepare import prepare, resolve
 
         settings = self._settings()
-        try:
-            revision = settings.revision_for(self.config.getoption("regression_reference"))
-            sha = resolve_revision(open_repo(settings.root), revision)
-            self.settings: Settings = settings
-            self.label = describe(revision, sha)
-            self.entry = Entry(settings.cache_dir, environment_parts(settings, sha))
-            self.harness: HarnessDigests = HarnessDigests(self.config.rootpath,
-                                          extra_harness_files(settings.root, settings.harness))
-            determinism.prepare_process(settings.device)
-            determinism.apply(settings.determinism)  # once here: the first call takes seconds
-        except RegressionError as exc:
-            raise pytest.UsageError(f"torch-regression: {exc}") from None
+        self.settings: Settings = settings
+        reference = resolve(settings, self.job, self.config.getoption("regression_reference"))
+        no_gen = bool(self.config.getoption("regression_no_gen"))
+        prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
+                           self._echo, record=not no_gen)
+        if prepared.generation is not None and not self.gen_only:
+            for line in generation_lines(prepared.generation, len(prepared.chosen)):
+                self._echo(line)
+        determinism.prepare_process(settings.device)
+        determinism.apply(settings.determinism)  # once here: the first call takes seconds
+        return prepared
+
+    def _echo(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:  # invoke gen runs pytest without its terminal output
+            print(line, flush=True)
+        else:
+            reporter.ensure_newline()
+            reporter.write_line(line)
+
+    def _write_result(self) -> None:
+        if self.job is not None:
+            prepared = self.prepared
+            self.job.write_result({
+                "cases": len(prepared.chosen) if prepared else 0,
+                "generation": prepared.generation_data() if prepared else {},
+            })
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if uses_fixture(item) and self.entry is not None:
+        if uses_fixture(item) and self.prepared is not None:
             from .. import determinism
 
             determinism.apply(self.settings.determinism)
@@ -133,30 +168,31 @@ class Checker:
     def fixture(self, item: pytest.Item) -> Regression:
         from ..fixture import CheckSink, Regression
 
-        if self.entry is None:
+        if self.prepared is None:
             pytest.fail("the regression fixture found no reference in this run", pytrace=False)
         record = self._record(item)
         sink = self.sinks[item.nodeid] = CheckSink(record, self.label)
         return Regression(item.nodeid, self.settings.determinism, sink)
 
     def _record(self, item: pytest.Item) -> CaseRecord:
-        assert self.entry is not None
+        assert self.prepared is not None
+        entry = self.prepared.entry
         fix = "run `invoke gen` to record it"
         problem = ""
         record = None
-        if not self.entry.exists():
+        if not entry.exists():
             problem = f"no reference {self.label} is recorded for this environment; {fix}"
         else:
             try:
-                self.entry.verify_identity()
-                record = self.entry.load_case(item.nodeid)
+                entry.verify_identity()
+                record = entry.load_case(item.nodeid)
             except StoreError as exc:
                 problem = f"the stored reference cannot be trusted ({exc}); {fix} again"
             except RegressionError as exc:
                 problem = f"{exc}; {fix} again"
             if record is None and not problem:
                 problem = f"no reference is recorded for this case at {self.label}; {fix}"
-            elif record and record.harness != self.harness.of(item.path):
+            elif record and record.harness != self.prepared.harness.of(item.path):
                 problem = ("the test file or a conftest.py changed since the reference was "
                            f"recorded; {fix} again")
         if problem:
@@ -229,37 +265,72 @@ class Checker:
         if report.when == "call" or not report.passed:
             self.ran.add(report.nodeid)
 
+    @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends its output
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Prove the run complete and the subject's origin; store durations; summaries."""
-        self._require_all_ran(session)
-        if self.entry is not None:  # regression cases ran: the candidate must be the tree
-            from ..importer import verify_origins
-
-            root = self.subject_root or self.settings.root / self.settings.subject_path
-            try:
-                verify_origins(self.settings.subject_packages, root)
-            except RegressionError as exc:
-                self.finish_errors.append(str(exc))
-                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        worker_output = getattr(self.config, "workeroutput", None)
+        if worker_output is not None:  # an xdist worker: the controller judges and reports
+            worker_output[WORKER_KEY] = self._worker_data()
+        elif self.gen_only:
+            if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+                session.exitstatus = pytest.ExitCode.OK
+            return
+        else:
+            self._require_all_ran(session)
+        self._verify_origins(session)
         durations_path = self.config.getoption("regression_durations")
         if durations_path and self.durations:
             from ..durations import store_durations
 
             store_durations(Path(durations_path), self.durations)
-        self.write_step_summary()
+        if worker_output is None:
+            self.write_step_summary()
+
+    def _verify_origins(self, session: pytest.Session) -> None:
+        """Regression cases ran here: the candidate must be the working tree (or the
+        candidate's worktree), not an installed copy."""
+        if self.prepared is None or not self.sinks:
+            return
+        from ..importer import verify_origins
+
+        root = self.subject_root or self.settings.root / self.settings.subject_path
+        try:
+            verify_origins(self.settings.subject_packages, root)
+        except RegressionError as exc:
+            self.finish_errors.append(str(exc))
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _worker_data(self) -> dict[str, object]:
+        return {"expected": sorted(self.expected or ()), "label": self.label,
+                "outcomes": [[o.nodeid, o.outcome, o.detail] for o in self.outcomes.values()],
+                "errors": self.finish_errors}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        """xdist's controller: merge what a worker expected, saw and reported."""
+        data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+        if not data:
+            return
+        self.expected = (self.expected or set()) | set(data["expected"])
+        self.worker_label = self.worker_label or data["label"]
+        for nodeid, outcome, detail in data["outcomes"]:
+            self.outcomes[nodeid] = CaseOutcome(nodeid, outcome, detail)
+        self.finish_errors += [e for e in data["errors"] if e not in self.finish_errors]
 
     def _require_all_ran(self, session: pytest.Session) -> None:
-        """A run that was handed its cases fails unless every one of them ran."""
-        selection = self._selection()
-        if selection is None or hasattr(self.config, "workerinput"):  # xdist: the controller
+        """A run that invoke handed its cases fails unless every one of them ran; a shard
+        that is empty by assignment passes."""
+        if self.job is None or self.expected is None:
             return
-        expected = selection[0]
-        missing = sorted(expected - self.ran)
+        missing = sorted(self.expected - self.ran)
         if missing:
-            lines = not_run_lines(missing, len(expected), self._why_not_run)
+            lines = not_run_lines(missing, len(self.expected), self._why_not_run)
             self.finish_errors.append("\n".join(lines))
             if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        elif not self.expected and self.job.shard and \
+                session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            session.exitstatus = pytest.ExitCode.OK
 
     def _why_not_run(self, nodeid: str) -> str:
         if nodeid in self.deselected:
@@ -280,11 +351,15 @@ class Checker:
                 terminalreporter.write_line(line)
 
     def summary(self) -> list[str]:
-        lines = summary_lines(self.label, self.outcomes.values()) if self.outcomes else []
+        if hasattr(self.config, "workerinput"):
+            return []
+        label = self.label or self.worker_label
+        lines = summary_lines(label, self.outcomes.values()) if self.outcomes else []
         return [*lines, *(f"ERROR {error}" for error in self.finish_errors)]
 
     def write_step_summary(self) -> None:
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if path and self.outcomes:
             with open(path, "a", encoding="utf-8") as stream:
-                stream.write(markdown_summary(self.label, self.outcomes.values()))
+                stream.write(markdown_summary(self.label or self.worker_label,
+                                              self.outcomes.values()))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import Repo, output
+from helpers import SUBJECT, Repo, output
 
 HELPED_SUBJECT = """\
 import torch
@@ -79,11 +79,21 @@ def test_reasons_name_the_exception_and_where_it_happened(subject_repo: Repo) ->
     assert "(in tests/test_store.py:2)" in text
 
 
-def test_recording_refuses_xdist_and_says_so(subject_repo: Repo) -> None:
-    done = subject_repo.invoke("gen", env={"PYTEST_ADDOPTS": "-n 2"})
-    assert done.returncode == 2, output(done)
-    assert "recording does not run under pytest-xdist" in done.stderr
-    assert "Traceback" not in output(done)
+def test_xdist_in_addopts_records_in_one_process_and_checks_in_workers(subject_repo: Repo
+                                                                       ) -> None:
+    workers = {"PYTEST_ADDOPTS": "-n 2"}
+    gen = subject_repo.invoke("gen", env=workers)
+    assert gen.returncode == 0, output(gen)
+    assert "recorded 1 cases" in gen.stdout
+    done = subject_repo.invoke("test", env=workers)
+    text = output(done)
+    assert done.returncode == 0, text
+    assert "2 workers" in text
+    assert text.count("1 case: 1 identical, 0 changed") == 1  # once, by the controller
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.5"))
+    changed = subject_repo.invoke("test", env={"PYTEST_ADDOPTS": "-n 2 -k nomatch"})
+    assert changed.returncode == 1, output(changed)
+    assert "1 of 1 regression cases this run was meant to check did not run" in output(changed)
 
 
 def test_thread_count_changed_by_a_conftest_is_an_error_in_both_modes(subject_repo: Repo) -> None:

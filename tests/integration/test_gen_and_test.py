@@ -116,14 +116,17 @@ def test_second_gen_rewrites_nothing(subject_repo: Repo) -> None:
     assert stored_files(subject_repo.cache) == stored
 
 
-def test_plain_pytest_uses_the_reference_after_gen(subject_repo: Repo) -> None:
-    before = subject_repo.pytest("tests")
-    assert before.returncode == 1
-    assert "run `invoke gen`" in output(before)
-    assert subject_repo.invoke("gen").returncode == 0
-    after = subject_repo.pytest("tests")
-    assert after.returncode == 0, output(after)
-    assert "1 identical" in output(after)
+def test_plain_pytest_records_what_is_missing_unless_told_not_to(subject_repo: Repo) -> None:
+    refused = subject_repo.pytest("--regression-no-gen", "tests")
+    assert refused.returncode == 1
+    assert "run `invoke gen`" in output(refused)
+    done = subject_repo.pytest("tests")
+    assert done.returncode == 0, output(done)
+    assert "recording 1 of 1 cases" in output(done)
+    assert "1 identical" in output(done)
+    again = subject_repo.pytest("--regression-no-gen", "tests")
+    assert again.returncode == 0, output(again)
+    assert "recording" not in output(again)
 
 
 def test_a_difference_caught_by_the_test_still_fails(subject_repo: Repo) -> None:

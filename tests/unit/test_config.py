@@ -287,23 +287,35 @@ def test_cache_dir_variable_overrides_config(
     assert settings.cache_dir == (tmp_path / "relative-cache").resolve()
 
 
-def test_find_config_walks_up_from_a_subfolder(tmp_path: Path) -> None:
+def test_find_config_looks_at_the_top_of_the_repository(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL)
+    (tmp_path / ".git").mkdir()
     deep = tmp_path / "a" / "b" / "c"
     deep.mkdir(parents=True)
     assert find_config(deep) == path.resolve()
 
 
-def test_find_config_prefers_the_nearest(tmp_path: Path) -> None:
+def test_find_config_prefers_the_start_folder(tmp_path: Path) -> None:
     write(tmp_path, MINIMAL)
+    (tmp_path / ".git").mkdir()
     inner = tmp_path / "inner"
     inner.mkdir()
     nearest = write(inner, MINIMAL)
     assert find_config(inner) == nearest.resolve()
 
 
+def test_find_config_never_looks_above_the_repository(tmp_path: Path) -> None:
+    write(tmp_path, MINIMAL)  # some other project's config.yaml, above the repository
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / ".git").write_text("gitdir: elsewhere\n")  # a worktree's .git is a file
+    with pytest.raises(ConfigError, match="at the top of its git repository"):
+        find_config(repo / "tests")
+
+
 def test_find_config_ignores_a_folder_named_config_yaml(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL)
+    (tmp_path / ".git").mkdir()
     inner = tmp_path / "inner"
     (inner / "config.yaml").mkdir(parents=True)
     assert find_config(inner) == path.resolve()
@@ -312,9 +324,7 @@ def test_find_config_ignores_a_folder_named_config_yaml(tmp_path: Path) -> None:
 def test_find_config_fails_when_there_is_none(tmp_path: Path) -> None:
     start = tmp_path / "a" / "b"
     start.mkdir(parents=True)
-    if any((folder / "config.yaml").is_file() for folder in start.resolve().parents):
-        pytest.skip("a config.yaml exists above the temporary folder")
-    with pytest.raises(ConfigError, match="no config.yaml here") as info:
+    with pytest.raises(ConfigError, match="no config.yaml in ") as info:
         find_config(start)
     assert info.value.path == str(start.resolve() / "config.yaml")
 
