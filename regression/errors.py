@@ -25,6 +25,17 @@ class RevisionError(RegressionError):
         super().__init__(message)
 
 
+class GitError(RegressionError):
+    """A git command failed where nothing this tool was told could explain it."""
+
+    def __init__(self, command: str, where: str, stderr: str) -> None:
+        self.command = command
+        self.stderr = stderr
+        super().__init__(f"`{command}` failed in {where}: {stderr or 'git gave no message'}. "
+                         f"Fix: run the command yourself in {where} to see why; "
+                         "`git fsck` checks the repository for damage.")
+
+
 class CollectionError(RegressionError):
     """pytest could not collect the regression cases."""
 

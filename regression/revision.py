@@ -6,35 +6,64 @@ import os
 import re
 import secrets
 import shutil
+import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import git
 import xxhash
 
-from .errors import RevisionError
+from .errors import GitError, RevisionError
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
+# GIT_* variables that only say how to reach remotes or run git, never which repository,
+# work tree or index to use; pre-commit keeps the same ones.
+_KEPT_GIT_VARIABLES = frozenset({
+    "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
+    "GIT_CONFIG_COUNT", "GIT_HTTP_PROXY_AUTHMETHOD", "GIT_ALLOW_PROTOCOL", "GIT_ASKPASS",
+    "GIT_TERMINAL_PROMPT",
+})
 
-def run_git(repo: git.Repo, *args: str) -> str:
-    """Run one git command in `repo`; every git call of this package goes through here."""
+
+def git_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without GIT_DIR, GIT_INDEX_FILE and the like, which git hooks export."""
+    return {name: value for name, value in environ.items()
+            if not name.startswith("GIT_") or name in _KEPT_GIT_VARIABLES
+            or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
+
+
+def git_process(where: git.Repo | Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run git in `where` with GIT_* stripped; the one place this package starts git."""
+    folder = where.working_dir if isinstance(where, git.Repo) else where
     try:
-        return str(repo.git.execute(["git", *args], with_extended_output=False)).strip()
-    except git.GitCommandNotFound:
+        return subprocess.run(["git", "-C", str(folder), *args], env=git_environment(os.environ),
+                              capture_output=True, encoding="utf-8", errors="replace",
+                              check=False)
+    except FileNotFoundError:
         raise RevisionError(args[0], "git is not installed or not on PATH; install git") from None
 
 
+def run_git(repo: git.Repo, *args: str) -> str:
+    """The output of a git command that must succeed; a failure is a GitError."""
+    done = git_process(repo, *args)
+    if done.returncode != 0:
+        raise GitError(" ".join(["git", *args]), str(repo.working_dir), done.stderr.strip())
+    return done.stdout.strip()
+
+
 def open_repo(path: Path) -> git.Repo:
-    """The git repository that holds `path`."""
-    try:
-        return git.Repo(path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise RevisionError(
-            str(path), f"{path} is not inside a git repository; run from your project's clone"
-        ) from None
+    """The git repository whose work tree holds `path`."""
+    done = git_process(path, "rev-parse", "--show-toplevel")
+    if done.returncode != 0:
+        reason = done.stderr.strip().splitlines()[-1:] or ["git found no work tree"]
+        raise RevisionError(str(path), f"{path} is not inside a git work tree ({reason[0]}); "
+                                       "run from your project's clone")
+    # GitPython reads GIT_COMMON_DIR and the like, so only its working_dir is used: from the
+    # top level it finds `.git` itself. Everything else asks git through git_process.
+    return git.Repo(done.stdout.strip())
 
 
 def is_shallow(repo: git.Repo) -> bool:
@@ -42,18 +71,64 @@ def is_shallow(repo: git.Repo) -> bool:
     return run_git(repo, "rev-parse", "--is-shallow-repository") == "true"
 
 
+def _object_id(repo: git.Repo, expression: str) -> str:
+    """The object id `expression` names, or '' when it names none."""
+    done = git_process(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", expression)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _object_type(repo: git.Repo, object_id: str) -> str:
+    """'commit', 'tree', 'blob' or 'tag'; '' when the object is not in the clone."""
+    done = git_process(repo, "cat-file", "-t", object_id) if object_id else None
+    return done.stdout.strip() if done is not None and done.returncode == 0 else ""
+
+
 def resolve_revision(repo: git.Repo, revision: str) -> str:
     """The full commit SHA of a tag (peeled), branch, SHA or expression like HEAD~2."""
     if revision.startswith("-"):
         raise RevisionError(revision, f"{revision!r} is not a revision")
-    try:
-        sha = run_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
-                      f"{revision}^{{commit}}")
-    except git.GitCommandError:
-        sha = ""
+    sha = _object_id(repo, f"{revision}^{{commit}}")
     if _SHA.match(sha):
         return sha
-    raise RevisionError(revision, _not_found_message(repo, revision))
+    raise RevisionError(revision, _unresolved_message(repo, revision))
+
+
+def _unresolved_message(repo: git.Repo, revision: str) -> str:
+    """Why `revision` names no commit, and what to do about it."""
+    commits = git_process(repo, "rev-list", "-n", "1", "--all")
+    if commits.returncode == 0 and not commits.stdout.strip():
+        return (f"the repository {repo.working_dir} has no commit yet, so there is no "
+                f"revision {revision!r} to record a reference from. Fix: commit your code "
+                "first (`git add -A && git commit -m ...`), then run again.")
+    what = _what_it_names(repo, revision)
+    if what:
+        return (f"{revision!r} names {what}, not a commit; a reference must be a commit: "
+                "a tag, branch, commit SHA or expression like HEAD~1. "
+                f"Fix: {_use_instead(revision)} in config.yaml or --reference.")
+    return _not_found_message(repo, revision)
+
+
+_KINDS = {"blob": "a file (a git blob)", "tree": "a directory (a git tree)"}
+
+
+def _what_it_names(repo: git.Repo, revision: str) -> str:
+    """'a file (a git blob)' and the like when `revision` names an object but no commit."""
+    object_id = _object_id(repo, revision)
+    kind = _object_type(repo, object_id)
+    if kind == "tag":
+        target = _object_type(repo, _object_id(repo, f"{revision}^{{}}"))
+        return f"a tag that points to {_KINDS[target]}" if target in _KINDS else ""
+    if object_id and not kind and ":" in revision:  # an entry of a tree; its object is absent
+        return "a path inside a commit (a file or folder)"
+    return _KINDS.get(kind, "")
+
+
+def _use_instead(revision: str) -> str:
+    """The commit part of 'HEAD:README.md' or 'v1^{tree}', as advice."""
+    commit = re.split(r":|\^\{", revision, maxsplit=1)[0]
+    if commit and commit != revision:
+        return f"name the commit, e.g. {commit!r} instead of {revision!r},"
+    return "name a commit (`git log --oneline --all` lists them)"
 
 
 def _not_found_message(repo: git.Repo, revision: str) -> str:
@@ -82,7 +157,8 @@ def describe(revision: str, sha: str) -> str:
 
 
 def _worktree_parent(repo: git.Repo) -> Path:
-    common = Path(repo.git_dir if not repo.common_dir else repo.common_dir).resolve()
+    """Where this repository's reference worktrees live: one folder per clone."""
+    common = (Path(repo.working_dir) / run_git(repo, "rev-parse", "--git-common-dir")).resolve()
     digest = xxhash.xxh64_hexdigest(str(common).encode())
     return Path(tempfile.gettempdir()) / "torch-regression-worktrees" / digest
 
@@ -118,17 +194,85 @@ def reference_worktree(repo: git.Repo, sha: str) -> Iterator[Path]:
     parent = _worktree_parent(repo)
     parent.mkdir(parents=True, exist_ok=True)
     folder = parent / f"{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        run_git(repo, "worktree", "add", "--detach", "--quiet", str(folder), sha)
-    except git.GitCommandError as exc:
+    done = git_process(repo, "worktree", "add", "--detach", "--quiet", str(folder), sha)
+    if done.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)
-        raise RevisionError(sha, f"could not check out {short(sha)} as a worktree: "
-                                 f"{exc.stderr.strip()}") from None
+        raise RevisionError(sha, _checkout_failure(repo, sha, done.stderr.strip()))
     try:
         yield folder
     finally:
-        try:
-            run_git(repo, "worktree", "remove", "--force", str(folder))
-        except git.GitCommandError:
+        if git_process(repo, "worktree", "remove", "--force", str(folder)).returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
             run_git(repo, "worktree", "prune")
+
+
+_LISTED = 5
+
+
+def _checkout_failure(repo: git.Repo, sha: str, stderr: str) -> str:
+    """Which files of `sha` the clone lacks and how to get them; git's own words otherwise."""
+    missing = _missing_files(repo, sha)
+    if not missing:
+        return f"could not check out {short(sha)} as a worktree: {stderr}"
+    listed = "; ".join(f"{path} (object {oid})" for path, oid in missing[:_LISTED])
+    more = f"; and {len(missing) - _LISTED} more" if len(missing) > _LISTED else ""
+    return (f"could not check out {short(sha)} as a worktree: this clone lacks "
+            f"{len(missing)} file(s) of that commit: {listed}{more}. "
+            f"{_how_to_fetch(repo, stderr)}")
+
+
+def _missing_objects(repo: git.Repo, sha: str) -> set[str]:
+    """The objects of `sha`'s tree that the clone lacks, found without fetching any."""
+    done = git_process(repo, "rev-list", "--objects", "--missing=print", f"{sha}^{{tree}}")
+    return {line[1:].strip() for line in done.stdout.splitlines() if line.startswith("?")}
+
+
+def _missing_files(repo: git.Repo, sha: str) -> list[tuple[str, str]]:
+    """(path in the tree, object id) of every missing object; a folder's path ends in '/'."""
+    missing = _missing_objects(repo, sha)
+    if not missing:
+        return []
+    # A listing that stops at a missing folder is still used as far as it goes.
+    listing = git_process(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", sha).stdout
+    found = []
+    for entry in listing.split("\0"):
+        info, _, path = entry.partition("\t")
+        fields = info.split()
+        if len(fields) == 3 and fields[2] in missing:
+            found.append((path + "/" if fields[1] == "tree" else path, fields[2]))
+    named = {oid for _, oid in found}
+    return found + [("(path unknown)", oid) for oid in sorted(missing - named)]
+
+
+def _promisor_remotes(repo: git.Repo) -> list[str]:
+    """The remotes a partial clone fetches missing objects from on demand."""
+    names = []
+    config = git_process(repo, "config", "--get-regexp", r"^remote\..*\.promisor$").stdout
+    for line in config.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().lower() in ("true", "yes", "on", "1"):
+            names.append(key[len("remote."):-len(".promisor")])
+    extension = git_process(repo, "config", "--get", "extensions.partialClone").stdout.strip()
+    return names + ([extension] if extension and extension not in names else [])
+
+
+def _how_to_fetch(repo: git.Repo, stderr: str) -> str:
+    """How to get the missing objects: from the promisor remote, or fetched again."""
+    promisors = _promisor_remotes(repo)
+    if promisors:
+        name = promisors[0]
+        url = git_process(repo, "remote", "get-url", name).stdout.strip() or "no URL"
+        last = stderr.splitlines()[-1] if stderr else "git gave no message"
+        return (f"This is a partial clone: git fetches such files on demand from its promisor "
+                f"remote {name!r} ({url}), and that failed: {last}. Fix: make {name!r} "
+                "reachable (network, credentials) and run again; in GitHub Actions, drop "
+                "`filter:` from actions/checkout.")
+    remotes = git_process(repo, "remote").stdout.split()
+    if not remotes:
+        return ("Their objects are gone from .git (a damaged clone) and it has no remote to "
+                "fetch them from. Fix: restore the repository from a backup or clone it again; "
+                "`git fsck` lists everything that is missing.")
+    name = "origin" if "origin" in remotes else remotes[0]
+    return (f"Their objects are gone from .git (a damaged or incomplete clone). Fix: fetch "
+            f"them again with `git fetch --refetch {name}` (git 2.36 or later) or clone the "
+            "repository again; `git fsck` lists everything that is missing.")

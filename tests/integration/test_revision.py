@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import Repo, init_repo
+from helpers import Repo, init_repo, output
 
 from regression.errors import RevisionError
 from regression.revision import _worktree_parent, open_repo, prune_stale_worktrees, \
@@ -96,3 +96,148 @@ def test_stale_worktree_of_a_dead_process_is_pruned(history: Repo) -> None:
     assert stale in removed
     assert not stale.exists()
     assert str(stale) not in history.git("worktree", "list")
+
+
+def test_repository_without_commits_says_commit_first(tmp_path: Path) -> None:
+    empty = init_repo(tmp_path / "empty", tmp_path / "cache")
+    empty.write("file.txt", "not committed\n")
+    with pytest.raises(RevisionError) as error:
+        resolve_revision(open_repo(empty.path), "HEAD")
+    assert "has no commit yet" in str(error.value)
+    assert "commit your code first" in str(error.value)
+    assert "spelling" not in str(error.value)
+
+
+@pytest.fixture
+def objects(history: Repo) -> Repo:
+    """`history` with tags that point at a tree and at a file instead of a commit."""
+    history.git("tag", "-a", "tree-tag", "-m", "a tree", "HEAD^{tree}")
+    history.git("tag", "-a", "blob-tag", "-m", "a file", "HEAD:file.txt")
+    history.git("tag", "light-blob-tag", "HEAD:file.txt")
+    return history
+
+
+FILE = "a file (a git blob)"
+FOLDER = "a directory (a git tree)"
+
+
+@pytest.mark.parametrize(("spelled", "what"), [
+    ("HEAD:file.txt", FILE), ("HEAD^{tree}", FOLDER), ("first^{tree}", FOLDER),
+    ("sha of HEAD:file.txt", FILE), ("sha of HEAD^{tree}", FOLDER),
+    ("light-blob-tag", FILE), ("tree-tag", "a tag that points to " + FOLDER),
+    ("blob-tag", "a tag that points to " + FILE),
+])
+def test_reference_to_a_tree_or_file_says_what_it_names(objects: Repo, spelled: str,
+                                                         what: str) -> None:
+    revision = objects.git("rev-parse", spelled[len("sha of "):]) \
+        if spelled.startswith("sha of ") else spelled
+    with pytest.raises(RevisionError) as error:
+        resolve_revision(open_repo(objects.path), revision)
+    message = str(error.value)
+    assert f"{revision!r} names {what}, not a commit" in message
+    assert "a reference must be a commit" in message
+    assert "does not exist" not in message
+
+
+def test_file_reference_suggests_its_commit(history: Repo) -> None:
+    with pytest.raises(RevisionError) as error:
+        resolve_revision(open_repo(history.path), "HEAD~1:file.txt")
+    assert "'HEAD~1' instead of 'HEAD~1:file.txt'" in str(error.value)
+
+
+def _delete_loose_object(repo: Repo, object_id: str) -> None:
+    loose = repo.path / ".git" / "objects" / object_id[:2] / object_id[2:]
+    assert loose.is_file(), "precondition: git keeps a new commit's objects loose"
+    loose.unlink()
+
+
+def _bare_copy(repo: Repo, path: Path) -> Path:
+    subprocess.run(["git", "clone", "-q", "--bare", "--no-local", str(repo.path), str(path)],
+                   check=True)
+    subprocess.run(["git", "-C", str(path), "config", "uploadpack.allowFilter", "true"],
+                   check=True)
+    return path
+
+
+def test_missing_file_of_a_damaged_clone_is_named_with_the_fetch(history: Repo,
+                                                                 tmp_path: Path) -> None:
+    history.git("remote", "add", "origin", str(_bare_copy(history, tmp_path / "bare.git")))
+    blob = history.git("rev-parse", "first:file.txt")
+    _delete_loose_object(history, blob)
+    repo = open_repo(history.path)
+    sha = resolve_revision(repo, "first")
+    with pytest.raises(RevisionError) as error:
+        with reference_worktree(repo, sha):
+            pass
+    message = str(error.value)
+    assert f"lacks 1 file(s) of that commit: file.txt (object {blob})" in message
+    assert "`git fetch --refetch origin`" in message
+    history.git("fetch", "-q", "--refetch", "origin")  # the advice works
+    with reference_worktree(repo, sha) as folder:
+        assert (folder / "file.txt").read_text() == "version 0\n"
+
+
+def test_missing_file_without_a_remote_says_there_is_none(history: Repo) -> None:
+    history.write("sub/deep.txt", "deep\n")
+    sha = history.commit("a file in a folder")
+    blob = history.git("rev-parse", "HEAD:sub/deep.txt")
+    _delete_loose_object(history, blob)
+    with pytest.raises(RevisionError) as error:
+        with reference_worktree(open_repo(history.path), sha):
+            pass
+    assert f"sub/deep.txt (object {blob})" in str(error.value)
+    assert "no remote to fetch them from" in str(error.value)
+
+
+def test_partial_clone_with_an_unreachable_promisor_names_file_and_remote(
+        history: Repo, tmp_path: Path) -> None:
+    bare = _bare_copy(history, tmp_path / "bare.git")
+    clone = tmp_path / "partial"
+    subprocess.run(["git", "clone", "-q", "--filter=blob:none", f"file://{bare}", str(clone)],
+                   check=True)
+    bare.rename(tmp_path / "away.git")
+    repo = open_repo(clone)
+    sha = resolve_revision(repo, "first")
+    with pytest.raises(RevisionError) as error:
+        with reference_worktree(repo, sha):
+            pass
+    message = str(error.value)
+    blob = history.git("rev-parse", "first:file.txt")
+    assert f"file.txt (object {blob})" in message
+    assert "partial clone" in message and f"promisor remote 'origin' (file://{bare})" in message
+    with pytest.raises(RevisionError) as error:  # its object cannot be fetched to tell a type
+        resolve_revision(repo, "first:file.txt")
+    assert "'first:file.txt' names a path inside a commit (a file or folder)" in str(error.value)
+    (tmp_path / "away.git").rename(bare)  # reachable again: git fetches the file on demand
+    with reference_worktree(repo, sha) as folder:
+        assert (folder / "file.txt").read_text() == "version 0\n"
+
+
+def test_git_variables_of_a_hook_do_not_reach_the_users_index(
+        history: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = init_repo(tmp_path / "other", tmp_path / "cache")
+    other.write("other.txt", "other\n")
+    other.commit("other")
+    before, other_before = history.snapshot(), other.snapshot()
+    expected = history.git("rev-parse", "first^{commit}")
+    with monkeypatch.context() as hook:  # what git exports to a hook, pointed elsewhere
+        hook.setenv("GIT_INDEX_FILE", str(history.path / ".git" / "index"))
+        hook.setenv("GIT_DIR", str(other.path / ".git"))
+        hook.setenv("GIT_WORK_TREE", str(other.path))
+        hook.setenv("GIT_COMMON_DIR", str(other.path / ".git"))
+        hook.setenv("GIT_OBJECT_DIRECTORY", str(other.path / ".git" / "objects"))
+        repo = open_repo(history.path)
+        sha = resolve_revision(repo, "first")
+        with reference_worktree(repo, sha) as folder:
+            assert (folder / "file.txt").read_text() == "version 0\n"
+    assert sha == expected
+    assert history.snapshot() == before
+    assert other.snapshot() == other_before
+
+
+def test_blob_reference_through_invoke_exits_2_without_traceback(subject_repo: Repo) -> None:
+    for task in ("gen", "test"):
+        done = subject_repo.invoke(task, "--reference", "HEAD:README.md")
+        assert done.returncode == 2, output(done)
+        assert "'HEAD:README.md' names a file (a git blob), not a commit" in output(done)
+        assert "Traceback" not in output(done)

@@ -57,6 +57,12 @@ def test_workflow_follows_the_rules_of_the_cache_and_of_inputs() -> None:
     assert "test-suite" in data["jobs"]
 
 
+def test_every_job_has_a_timeout() -> None:
+    for name, job in _workflow()["jobs"].items():
+        minutes = job.get("timeout-minutes")
+        assert isinstance(minutes, int) and 0 < minutes <= 120, f"job {name}: {minutes!r}"
+
+
 def _expand(value: object, shard: int) -> str:
     """The few expressions the job's env may hold, as a run without inputs sees them."""
     known = {"matrix.shard": str(shard), "inputs.reference": "", "inputs.candidate": ""}
