@@ -25,7 +25,7 @@ from .errors import CacheError, CollectionError, ConfigError, ImportRedirectErro
 from .fingerprint import digest
 from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, RECORD, Job
 from .shard import ShardSpec
-from .revision import describe, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
+from .revision import describe, git_environment, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
     short
 
 Echo = Callable[[str], None]
@@ -97,7 +97,7 @@ def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
             capture: bool) -> subprocess.CompletedProcess[str]:
     if job is not None and (job.mode != CHECK or job.gen == GEN_ONLY):
         args = [*_serial(), *args]
-    env = {k: v for k, v in os.environ.items() if k != JOB_ENV}
+    env = {k: v for k, v in git_environment(os.environ).items() if k != JOB_ENV}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
     with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
