@@ -49,6 +49,8 @@ class Job:
     """Check: GEN_AUTO, GEN_NEVER or GEN_ONLY."""
     force: bool = False
     """Check with GEN_ONLY: record every case again."""
+    workers: int = 0
+    """Check and record: pytest-xdist workers for recording (0: one process)."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")

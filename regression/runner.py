@@ -57,6 +57,8 @@ class Suite:
     shard: ShardSpec | None = None
     subject_root: Path | None = None
     """Set by `compare`: the candidate's subject comes from this worktree."""
+    workers: int = 0
+    """pytest-xdist workers for recording; 0 records in one process."""
 
 
 def select_shard(suite: Suite, spec: ShardSpec | None) -> Suite:
@@ -87,17 +89,22 @@ def resolve(settings: Settings, reference: str | None) -> Reference:
     return Reference(settings, repo, revision, resolve_revision(repo, revision))
 
 
-def _serial() -> tuple[str, ...]:
-    """Arguments that keep pytest-xdist out of a run whatever addopts says (-n 2 there):
-    collecting, recording and `invoke gen` run in one process."""
-    return ("-n", "0") if importlib.util.find_spec("xdist") is not None else ()
+def _xdist_args(job: Job | None) -> tuple[str, ...]:
+    """pytest-xdist as the job asks, whatever addopts says (-n 2 there): collecting and
+    `invoke gen` run in one process, recording in `job.workers` workers or one process."""
+    if job is None or (job.mode == CHECK and job.gen != GEN_ONLY):
+        return ()  # the check run: the task passes --workers as -n, or addopts decides
+    if importlib.util.find_spec("xdist") is None:
+        return ()  # the tasks refuse --workers without it
+    workers = job.workers if job.mode == RECORD else 0
+    return ("-n", str(workers))
 
 
 def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
             capture: bool) -> subprocess.CompletedProcess[str]:
-    if job is not None and (job.mode != CHECK or job.gen == GEN_ONLY):
-        args = [*_serial(), *args]
-    env = {k: v for k, v in git_environment(os.environ).items() if k != JOB_ENV}
+    args = [*_xdist_args(job), *args]
+    env = {k: v for k, v in git_environment(os.environ).items()
+           if k != JOB_ENV and not k.startswith("PYTEST_XDIST_")}  # a worker's child is none
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
     with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
@@ -234,7 +241,7 @@ def _record(suite: Suite, todo: dict[str, str]) -> dict[str, Any]:
         job = Job(mode=RECORD, result=str(Path(folder) / "result.json"),
                   config=str(settings.path), reference=reference.sha,
                   subject_root=str(worktree / settings.subject_path),
-                  parts=suite.entry.parts, cases=todo)
+                  parts=suite.entry.parts, cases=todo, workers=suite.workers)
         process = _pytest(settings, ["-q", "--no-header", "-rN", "--continue-on-collection-errors",
                                      *settings.tests], job, True)
         result = job.read_result()
@@ -264,12 +271,12 @@ def _record_error(reference: Reference, kind: str, message: str) -> RegressionEr
 
 def check_job(reference: Reference, *, shard: ShardSpec | None = None,
               subject_root: Path | None = None, gen: str = GEN_AUTO, force: bool = False,
-              result: str = "") -> Job:
+              workers: int = 0, result: str = "") -> Job:
     """The job of a check process: the resolved reference and what to do about its cache."""
     return Job(mode=CHECK, result=result, config=str(reference.settings.path),
                reference=reference.sha, revision=reference.revision,
                subject_root=str(subject_root or ""), shard=str(shard or ""), gen=gen,
-               force=force)
+               force=force, workers=workers)
 
 
 def run_check_process(reference: Reference, job: Job, args: Sequence[str],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -38,6 +39,7 @@ def _translate(work: Callable[[], T]) -> T:
 
 
 SHARD_HELP = "only shard i of n (1-based), e.g. 2/4; every case is in exactly one shard"
+WORKERS_HELP = "run in N pytest-xdist processes (recording too); 0 or 1: one process"
 
 
 def _suite(reference: str | None, shard_spec: str | None) -> Suite:
@@ -45,11 +47,12 @@ def _suite(reference: str | None, shard_spec: str | None) -> Suite:
     return select_shard(collect(resolve(_settings(), reference)), spec)
 
 
-def _gen(reference: str | None, shard_spec: str | None, force: bool) -> None:
+def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: int) -> None:
     resolved = resolve(_settings(), reference)
     spec = parse_shard(shard_spec) if shard_spec else None
-    job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force)
-    code, result, _ = run_check_process(resolved, job, ["-p", "no:terminal"], capture=False)
+    job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
+                    workers=_workers(workers))
+    code, result, _ = run_check_process(resolved, job, [], capture=False)
     if result is None or code:
         raise RegressionError(f"the generation at {resolved.label} stopped (pytest exit "
                               f"{code}) before it finished; its output is above")
@@ -59,17 +62,28 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool) -> None:
 
 
 @task(help={"reference": REFERENCE_HELP, "shard": SHARD_HELP,
-            "force": "regenerate every case, valid or not"})
+            "force": "regenerate every case, valid or not", "workers": WORKERS_HELP})
 def gen(c: Context, reference: str | None = None, shard: str | None = None,
-        force: bool = False) -> None:
+        force: bool = False, workers: int = 0) -> None:
     """Generate the reference outputs, or reuse them when the cache holds valid ones."""
-    _translate(lambda: _gen(reference, shard, force))
+    _translate(lambda: _gen(reference, shard, force, workers))
+
+
+def _workers(count: int) -> int:
+    """A --workers count, checked: pytest-xdist must be installed for more than one."""
+    if count < 0:
+        raise RegressionError(f"--workers {count}: give a number of processes, 0 or more")
+    if count > 1 and importlib.util.find_spec("xdist") is None:
+        raise RegressionError("--workers needs pytest-xdist; install it with "
+                              "pip install 'torch-regression[xdist]'")
+    return count if count > 1 else 0
 
 
 def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bool,
-           junitxml: str | None, store_durations: bool, subject_root: Path | None = None) -> int:
+           junitxml: str | None, store_durations: bool, subject_root: Path | None = None,
+           workers: int = 0) -> int:
     """One pytest process: it records what is missing (unless `no_gen`), then checks."""
-    args = []
+    args = ["-n", str(workers)] if workers else []
     if strict:
         args.append("--regression-strict")
     if junitxml:
@@ -77,7 +91,7 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
     if store_durations:
         args.append(f"--regression-durations={resolved.settings.durations_file}")
     job = check_job(resolved, shard=spec, subject_root=subject_root,
-                    gen=GEN_NEVER if no_gen else GEN_AUTO)
+                    gen=GEN_NEVER if no_gen else GEN_AUTO, workers=workers)
     return run_check_process(resolved, job, args, capture=False)[0]
 
 
@@ -93,15 +107,16 @@ def _exit_with(code: int) -> None:
     "junitxml": "also write a JUnit XML report to this path",
     "no-gen": "never generate: stop with the reason when a reference is missing or invalid",
     "store-durations": "record the seconds each case takes, for balancing shards",
+    "workers": WORKERS_HELP,
 })
 def test(c: Context, reference: str | None = None, shard: str | None = None,
          strict: bool = False, junitxml: str | None = None, no_gen: bool = False,
-         store_durations: bool = False) -> None:
+         store_durations: bool = False, workers: int = 0) -> None:
     """Generate what is missing, then check the working tree against the reference."""
     def work() -> int:
         spec = parse_shard(shard) if shard else None
         return _check(resolve(_settings(), reference), spec, no_gen, strict, junitxml,
-                      store_durations)
+                      store_durations, workers=_workers(workers))
     _exit_with(_translate(work))
 
 

@@ -73,6 +73,14 @@ class Checker:
             except RegressionError as exc:
                 self._refuse(exc)
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        """`invoke gen` runs no test: pytest's own report would only say so; ours remains."""
+        if self.gen_only:
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                config.pluginmanager.unregister(reporter)
+
     def _settings(self) -> Settings:
         from ..config import find_config, load_settings
 

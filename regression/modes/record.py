@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Generator
+from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
@@ -22,11 +23,7 @@ from .common import exception_reason, report_reason, traceback_frames, uses_fixt
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
     from ..fixture import RecordSink, Regression
 
-XDIST_REFUSED = (
-    "recording does not run under pytest-xdist yet: -n/--numprocesses reached the recording "
-    "run (PYTEST_ADDOPTS or addopts in your pytest settings). Remove it for `invoke gen`; "
-    "the check run may use it."
-)
+WORKER_KEY = "torch_regression_recorded"
 
 
 class Recorder:
@@ -45,6 +42,9 @@ class Recorder:
         self.collected: set[str] | None = None  # None: this process collected nothing
         self.ran: set[str] = set()
         self.failed = False
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        """Under pytest-xdist: this worker's id; it stores the cases it ran."""
+        self.from_workers: list[dict[str, Any]] = []
 
     def start(self) -> None:
         """Before conftests load: kernel settings, then the import redirect."""
@@ -56,10 +56,6 @@ class Recorder:
             raise pytest.UsageError(str(exc)) from None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if getattr(session.config.option, "numprocesses", None) or \
-                getattr(session.config.option, "dist", "no") != "no":
-            self.fail("xdist", XDIST_REFUSED)
-            raise pytest.UsageError(XDIST_REFUSED)
         determinism.apply(self.settings.determinism)  # once here: the first call takes seconds
         for package in self.settings.subject_packages:
             try:
@@ -129,18 +125,47 @@ class Recorder:
     def _reason(self, report: pytest.TestReport | pytest.CollectReport) -> str:
         return self.error_reasons.get(report.nodeid) or report_reason(report)
 
+    @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends its output
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.failed:
+        if session.config.pluginmanager.hasplugin("dsession"):  # xdist's controller
+            self._finish_from_workers(session)
+            return
+        if not self.failed:
+            try:
+                verify_origins(self.settings.subject_packages, self.subject_root)
+                self._require_no_strays()
+                recorded, absent = self._store()
+                self._done({"recorded": recorded, "absent": absent}, session)
+            except RegressionError as exc:
+                self.fail(type(exc).__name__, str(exc))
+        if self.failed and self.worker:
+            self._done(self.error, session)
+        session.exitstatus = 3 if self.failed else 0
+
+    def _done(self, result: dict[str, Any], session: pytest.Session) -> None:
+        """The result goes to the job file, or from an xdist worker to its controller."""
+        output = getattr(session.config, "workeroutput", None)
+        if output is not None:
+            output[WORKER_KEY] = result
+        else:
+            self.job.write_result(result)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        """xdist's controller: keep what each worker recorded, or its error."""
+        data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+        self.from_workers.append(data or {"error": "worker",
+                                          "message": f"an xdist worker stopped: {error}"})
+
+    def _finish_from_workers(self, session: pytest.Session) -> None:
+        errors = [d for d in self.from_workers if "error" in d]
+        if self.failed or errors:
+            if errors and not self.failed:
+                self.fail(str(errors[0]["error"]), str(errors[0]["message"]))
             session.exitstatus = 3
             return
-        try:
-            verify_origins(self.settings.subject_packages, self.subject_root)
-            self._require_no_strays()
-            recorded, absent = self._store()
-        except RegressionError as exc:
-            self.fail(type(exc).__name__, str(exc))
-            session.exitstatus = 3
-            return
+        recorded = sorted({n for d in self.from_workers for n in d["recorded"]})
+        absent = {k: v for d in self.from_workers for k, v in d["absent"].items()}
         self.job.write_result({"recorded": recorded, "absent": absent})
         session.exitstatus = 0
 
@@ -163,7 +188,10 @@ class Recorder:
         entry.create()
         recorded, absent = [], {}
         for nodeid, harness in self.job.cases.items():
-            reason = self.absent.get(nodeid) or self._not_collected(nodeid)
+            # Every xdist worker collects every case; the first one alone stores those
+            # that do not exist at the reference.
+            known = self.worker in ("", "gw0")
+            reason = self.absent.get(nodeid) or (self._not_collected(nodeid) if known else "")
             if reason:
                 entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason))
                 absent[nodeid] = reason
@@ -186,5 +214,9 @@ class Recorder:
         return "does not exist at the reference"
 
     def fail(self, kind: str, message: str) -> None:
+        """Stop the recording with an error the parent raises; a worker's goes through its
+        controller."""
         self.failed = True
-        self.job.write_result({"error": kind, "message": message})
+        self.error: dict[str, Any] = {"error": kind, "message": message}
+        if not self.worker:
+            self.job.write_result(self.error)
