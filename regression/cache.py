@@ -224,6 +224,8 @@ class Entry:
             try:
                 write_atomic(self.directory / ENTRY_FILE, dump_verified(body))
             except CacheWriteError as exc:
+                with suppress(OSError):
+                    self.directory.rmdir()  # only if empty: a folder of ours, left unfinished
                 raise with_fix(exc, f"cannot create the cache entry {self.directory}") from None
         self.verify_identity()
 
