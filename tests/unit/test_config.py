@@ -425,28 +425,30 @@ def test_more_bad_values_name_their_key(tmp_path: Path, text: str) -> None:
 
 
 def project_with_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """A project inside a fake home folder, and places that must never hold the cache."""
+    """A project beside a fake home folder, and places that must never hold the cache."""
     home = tmp_path / "home"
-    project = home / "project"
+    (home / "user").mkdir(parents=True)
+    project = tmp_path / "work" / "project"
     (project / "vendored" / ".git").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HOME", str(home / "user"))
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
     write(project, MINIMAL)
     return {"the project": str(project), "a folder above it": str(tmp_path),
-            "the file system's root": "/", "the home folder": str(home),
-            "the project, relatively": ".", "above it, relatively": "..",
-            "a repository": "vendored"}
+            "the file system's root": "/", "the home folder": str(home / "user"),
+            "above the home folder": "../../home", "the project, relatively": ".",
+            "above it, relatively": "..", "a repository": "vendored"}
 
 
 PLACES = ["the project", "a folder above it", "the file system's root", "the home folder",
-          "the project, relatively", "above it, relatively", "a repository"]
+          "above the home folder", "the project, relatively", "above it, relatively",
+          "a repository"]
 
 
 @pytest.mark.parametrize("place", PLACES)
 def test_the_cache_variable_may_not_name_the_project_home_or_a_repository(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str) -> None:
     value = project_with_places(tmp_path, monkeypatch)[place]
-    settings = load_settings(tmp_path / "home" / "project" / "config.yaml")
+    settings = load_settings(tmp_path / "work" / "project" / "config.yaml")
     monkeypatch.setenv(CACHE_DIR_ENV, value)
     with pytest.raises(ConfigError) as info:
         settings.cache_dir  # noqa: B018 - the property checks
@@ -459,7 +461,7 @@ def test_the_cache_variable_may_not_name_the_project_home_or_a_repository(
 def test_the_cache_dir_key_may_not_name_the_project_home_or_a_repository(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str) -> None:
     value = project_with_places(tmp_path, monkeypatch)[place]
-    error = config_error(tmp_path / "home" / "project", MINIMAL + f"cache_dir: '{value}'\n")
+    error = config_error(tmp_path / "work" / "project", MINIMAL + f"cache_dir: '{value}'\n")
     assert error.key == "cache_dir"
     assert "name a folder of its own, e.g. .regression-cache" in str(error)
 
@@ -467,8 +469,8 @@ def test_the_cache_dir_key_may_not_name_the_project_home_or_a_repository(
 def test_the_cache_variable_may_name_a_folder_of_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project_with_places(tmp_path, monkeypatch)
-    settings = load_settings(tmp_path / "home" / "project" / "config.yaml")
-    for value, folder in [("zoo", tmp_path / "home" / "project" / "zoo"),
+    settings = load_settings(tmp_path / "work" / "project" / "config.yaml")
+    for value, folder in [("zoo", tmp_path / "work" / "project" / "zoo"),
                           (str(tmp_path / "caches"), tmp_path / "caches")]:
         monkeypatch.setenv(CACHE_DIR_ENV, value)
         assert settings.cache_dir == folder
@@ -477,7 +479,7 @@ def test_the_cache_variable_may_name_a_folder_of_its_own(
 def test_a_link_to_the_cache_folder_is_resolved_and_checked_where_it_leads(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project_with_places(tmp_path, monkeypatch)
-    project = tmp_path / "home" / "project"
+    project = tmp_path / "work" / "project"
     (tmp_path / "big-disk").mkdir()
     (project / "cache-link").symlink_to(tmp_path / "big-disk", target_is_directory=True)
     (project / "root-link").symlink_to(project, target_is_directory=True)
