@@ -94,7 +94,7 @@ def require_writable(folder: Path) -> None:
         return
     try:
         mounted_read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
+    except (OSError, AttributeError):  # no statvfs on Windows
         mounted_read_only = False
     why = "a read-only file system" if mounted_read_only else "not writable by this user"
     raise ReadOnlyError(str(folder), f"the cache folder {folder} is read-only ({why})")
@@ -182,8 +182,11 @@ class Entry:
         try:
             if path.is_symlink():
                 path.unlink()
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666))
-            os.utime(path, follow_symlinks=False)
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            try:
+                os.utime(handle if os.utime in os.supports_fd else path)
+            finally:
+                os.close(handle)
         except OSError:
             return False
         return True
