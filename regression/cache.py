@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -11,9 +14,9 @@ from typing import Any, Mapping
 import xxhash
 from filelock import FileLock
 
-from .errors import CacheError, StoreError
+from .errors import CacheError, CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from .fingerprint import FORMAT_VERSION, differing_parts, key_of
-from .files import dump_verified, load_verified, verify_safetensors, write_atomic
+from .files import dump_verified, load_verified, verify_safetensors, write_atomic, write_error
 
 RECORDED = "recorded"
 ABSENT = "absent"
@@ -21,6 +24,13 @@ ENTRY_FILE = "entry.json"
 LAST_USED = "last-used"
 CASES = "cases"
 FORMAT = int(FORMAT_VERSION)
+GITIGNORE = b"# Created by torch-regression.\n*\n"
+_FIXES = {
+    NoSpaceError: "free space (`invoke cache.prune --max-size 2G` removes the least recently "
+                  "used entries) or point REGRESSION_CACHE_DIR at a bigger disk",
+    ReadOnlyError: "make the cache folder writable, or point REGRESSION_CACHE_DIR at a "
+                   "writable folder",
+}
 
 
 @dataclass(frozen=True)
@@ -52,12 +62,82 @@ def lock_path(cache_dir: Path, key: str) -> Path:
     return cache_dir / f"{key}.lock"
 
 
+def with_fix(exc: CacheWriteError, doing: str) -> CacheWriteError:
+    """`exc` again, saying what was being done and how to make room or get write access."""
+    fix = _FIXES.get(type(exc), "check the cache folder")
+    return type(exc)(exc.path, f"{doing}: {exc.reason}", f"{fix}, then run again.")
+
+
 def ensure_cache_root(cache_dir: Path) -> None:
-    """Create the cache folder, ignored by git from the inside like .pytest_cache."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    ignore = cache_dir / ".gitignore"
-    if not ignore.exists():
-        write_atomic(ignore, b"# Created by torch-regression.\n*\n")
+    """Create the cache folder, ignored by git from the inside like .pytest_cache.
+
+    The .gitignore goes only into a folder made here: written into a folder that already
+    existed (one of the project's, named by mistake) it would hide new files there from git.
+    """
+    try:
+        cache_dir.mkdir(parents=True)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise with_fix(write_error(cache_dir, exc, "create"), "cannot create the cache") from None
+    try:
+        write_atomic(cache_dir / ".gitignore", GITIGNORE)
+    except CacheWriteError as exc:
+        with suppress(OSError):
+            cache_dir.rmdir()  # so that the next run makes it again, .gitignore included
+        raise with_fix(exc, f"cannot create the cache {cache_dir}") from None
+
+
+def require_writable(folder: Path) -> None:
+    """Raise ReadOnlyError, naming the folder, unless this process may write in it."""
+    if os.access(folder, os.W_OK):
+        return
+    try:
+        mounted_read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs on Windows
+        mounted_read_only = False
+    why = "a read-only file system" if mounted_read_only else "not writable by this user"
+    raise ReadOnlyError(str(folder), f"the cache folder {folder} is read-only ({why})")
+
+
+def remove_folder(directory: Path) -> None:
+    """Remove an entry folder, its identity file first so that a half-removed entry never
+    reads as valid; a symbolic link (or a file) in its place loses only itself."""
+    try:
+        if directory.is_symlink() or directory.is_file():
+            directory.unlink()
+        elif directory.is_dir():
+            (directory / ENTRY_FILE).unlink(missing_ok=True)
+            shutil.rmtree(directory)  # unlinks links inside, never follows them
+    except OSError as exc:
+        raise write_error(directory, exc, "remove") from None
+
+
+class EntryLock:
+    """The file lock of one entry; freed if its holder dies. Taking it needs write access."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock_file = str(path)
+        self._lock = FileLock(self.lock_file)
+
+    @property
+    def is_locked(self) -> bool:
+        return self._lock.is_locked
+
+    def __enter__(self) -> EntryLock:
+        ensure_cache_root(self.path.parent)
+        require_writable(self.path.parent)
+        try:
+            if self.path.is_symlink():
+                self.path.unlink()  # a link in the cache is never followed: only it goes
+            self._lock.acquire()
+        except OSError as exc:
+            raise write_error(self.path, exc, "lock") from None
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 class Entry:
@@ -72,6 +152,9 @@ class Entry:
     @classmethod
     def from_directory(cls, directory: Path) -> Entry:
         """The entry stored in `directory`; CacheError when its name does not match its content."""
+        if directory.is_symlink():
+            raise CacheError(f"{directory} is a symbolic link, not an entry folder the cache "
+                             "made; the cache never writes or deletes through one")
         body = load_verified(directory / ENTRY_FILE)
         parts = body.get("parts")
         if not isinstance(parts, dict):
@@ -85,14 +168,28 @@ class Entry:
     def exists(self) -> bool:
         return (self.directory / ENTRY_FILE).is_file()
 
-    def lock(self) -> FileLock:
+    def lock(self) -> EntryLock:
         """The lock held while this entry is generated or removed; freed if its holder dies."""
-        self.directory.parent.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(lock_path(self.directory.parent, self.key)))
+        return EntryLock(lock_path(self.directory.parent, self.key))
 
-    def touch(self) -> None:
-        """Mark the entry as used now, for least-recently-used pruning."""
-        (self.directory / LAST_USED).touch()
+    def touch(self) -> bool:
+        """Mark the entry as used now, for least-recently-used pruning.
+
+        Only a hint: in a read-only or full cache it is skipped (False), never an error. It
+        never follows a link and never makes the entry's folder.
+        """
+        path = self.directory / LAST_USED
+        try:
+            if path.is_symlink():
+                path.unlink()
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            try:
+                os.utime(handle if os.utime in os.supports_fd else path)
+            finally:
+                os.close(handle)
+        except OSError:
+            return False
+        return True
 
     def last_used(self) -> float:
         for name in (LAST_USED, ENTRY_FILE):
@@ -124,13 +221,36 @@ class Entry:
     def create(self) -> None:
         """Make the entry's folder and identity file if they are missing."""
         ensure_cache_root(self.directory.parent)
+        self.require_own_folders()
         if not self.exists():
             body = {"format": FORMAT, "parts": self.parts, "created": time.time()}
-            write_atomic(self.directory / ENTRY_FILE, dump_verified(body))
+            try:
+                write_atomic(self.directory / ENTRY_FILE, dump_verified(body))
+            except CacheWriteError as exc:
+                with suppress(OSError):
+                    self.directory.rmdir()  # only if empty: a folder of ours, left unfinished
+                raise with_fix(exc, f"cannot create the cache entry {self.directory}") from None
         self.verify_identity()
+
+    def require_own_folders(self) -> None:
+        """Raise CacheError when the entry or its cases folder is a link or not a folder:
+        the cache never writes or deletes through a link, so such an entry is foreign."""
+        for folder in (self.directory, self.cases):
+            if folder.is_symlink() or folder.exists() and not folder.is_dir():
+                what = "a symbolic link" if folder.is_symlink() else "not a folder"
+                raise CacheError(f"{folder} is {what}, not a folder the cache made; the cache "
+                                 "never writes or deletes through a link")
+
+    def discard(self) -> None:
+        """Remove this entry (under its lock); a link in its place loses only itself."""
+        try:
+            remove_folder(self.directory)
+        except CacheWriteError as exc:
+            raise with_fix(exc, f"cannot discard the cache entry {self.directory}") from None
 
     def verify_identity(self) -> None:
         """Raise unless the stored fingerprint is exactly the current one."""
+        self.require_own_folders()
         body = load_verified(self.directory / ENTRY_FILE)
         recorded = body.get("parts")
         if not isinstance(recorded, dict) or recorded != self.parts:
@@ -146,8 +266,9 @@ class Entry:
 
     def save_case(self, record: CaseRecord) -> None:
         """Store one case atomically: tensors first, then the record that names them."""
-        from .store import Encoder, save_tensors
+        from .store import Encoder
 
+        self.require_own_folders()
         cid = case_id(record.nodeid)
         encoder = Encoder(prefix="t")
         outputs = [{"name": o.name, "value": encoder.encode(o.value)} for o in record.outputs]
@@ -156,14 +277,26 @@ class Entry:
             "harness": record.harness, "status": record.status, "reason": record.reason,
             "outputs": outputs, "tensors": None,
         }
-        tensor_file = None
-        if encoder.tensors:
-            tensor_file, tensor_digest = save_tensors(self.cases, cid, encoder.tensors)
-            body["tensors"] = {"file": tensor_file, "digest": tensor_digest}
-        write_atomic(self.cases / f"{cid}.json", dump_verified(body))
+        try:
+            tensor_file = self._write_case(cid, body, encoder.tensors)
+        except CacheWriteError as exc:  # the record is written last: nothing reads as valid
+            raise with_fix(exc, f"cannot store the reference of {record.nodeid}") from None
         for old in self.cases.glob(f"{cid}.*.safetensors"):
             if old.name != tensor_file:
-                old.unlink(missing_ok=True)
+                with suppress(OSError):  # an orphan tensor file is never read
+                    old.unlink(missing_ok=True)
+
+    def _write_case(self, cid: str, body: dict[str, object], tensors: Mapping[str, Any]
+                    ) -> str | None:
+        """Write the tensors, then the record that names them; the tensor file's name."""
+        from .store import save_tensors
+
+        tensor_file = None
+        if tensors:
+            tensor_file, tensor_digest = save_tensors(self.cases, cid, dict(tensors))
+            body["tensors"] = {"file": tensor_file, "digest": tensor_digest}
+        write_atomic(self.cases / f"{cid}.json", dump_verified(body))
+        return tensor_file
 
     def _load_body(self, nodeid: str) -> dict[str, Any] | None:
         """A case's record, its shape checked; None when absent, StoreError when untrusted."""

@@ -54,9 +54,19 @@ class Settings:
 
     @property
     def cache_dir(self) -> Path:
-        """Where references are cached; REGRESSION_CACHE_DIR overrides config.yaml."""
-        chosen = os.environ.get(CACHE_DIR_ENV) or self.cache_dir_setting
-        return (self.root / chosen).resolve()
+        """Where references are cached; REGRESSION_CACHE_DIR overrides config.yaml.
+
+        A link to the cache folder (to put it on a bigger disk) is resolved here, once.
+        """
+        chosen = os.environ.get(CACHE_DIR_ENV)
+        if not chosen:
+            return (self.root / self.cache_dir_setting).resolve()
+        folder = (self.root / chosen).resolve()
+        problem = cache_dir_problem(folder, self.root)
+        if problem:
+            raise ConfigError(f"${CACHE_DIR_ENV}", f"{chosen!r} {problem}; unset it or name a "
+                                                   f"folder of its own, e.g. {DEFAULT_CACHE_DIR}")
+        return folder
 
     @property
     def durations_file(self) -> Path:
@@ -68,6 +78,31 @@ class Settings:
         if reference is None:
             return self.reference
         return self.references.get(reference, reference)
+
+
+def cache_dir_problem(folder: Path, root: Path) -> str:
+    """Why `folder` (resolved) may not hold the cache of the project at `root`; "" if it may.
+
+    Cleaning the cache removes folders in it, and making it writes a .gitignore: pointed at
+    the project, a folder above it, the home folder or a repository, that would hit the user's
+    own files. One check for config.yaml's `cache_dir` and for $REGRESSION_CACHE_DIR.
+    """
+    root = root.resolve()
+    if folder in (root, *root.parents):
+        return "is the project folder or a folder above it, where the cache would clean up"
+    home = _home()
+    if home is not None and folder in (home, *home.parents):
+        return "is the home folder or a folder above it, where the cache would clean up"
+    if (folder / ".git").exists():
+        return "holds a git repository, where the cache would clean up"
+    return ""
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):  # no $HOME and no password entry
+        return None
 
 
 def find_config(start: Path) -> Path:
@@ -248,10 +283,10 @@ class _Reader:
         value = self._typed(key, str, "a folder path")
         if value is None:
             return DEFAULT_CACHE_DIR
-        folder = (root / value).resolve()
-        if folder in (root.resolve(), *root.resolve().parents) or (folder / ".git").exists():
-            raise self._error(key, f"{value!r} would put the cache in the project or above it; "
-                                   f"name a folder of its own, e.g. {DEFAULT_CACHE_DIR}")
+        problem = cache_dir_problem((root / value).resolve(), root)
+        if problem:
+            raise self._error(key, f"{value!r} {problem}; name a folder of its own, "
+                                   f"e.g. {DEFAULT_CACHE_DIR}")
         return value
 
     def string(self, key: str, default: str) -> str:

@@ -8,7 +8,7 @@ class RegressionError(Exception):
 
 
 class ConfigError(RegressionError):
-    """config.yaml is missing, unreadable or invalid."""
+    """config.yaml, or a setting from the environment, is missing, unreadable or invalid."""
 
     def __init__(self, path: str, message: str, key: str | None = None) -> None:
         self.path = path
@@ -54,6 +54,24 @@ class CacheError(RegressionError):
 
 class StoreError(CacheError):
     """A stored file cannot be read back exactly as written."""
+
+
+class CacheWriteError(CacheError):
+    """A file or folder could not be written or removed; `path` names it, `fix` says what to do."""
+
+    def __init__(self, path: str, reason: str, fix: str = "") -> None:
+        self.path = path
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{reason}\nFix: {fix}" if fix else reason)
+
+
+class NoSpaceError(CacheWriteError):
+    """The disk (or quota) holding a file is full."""
+
+
+class ReadOnlyError(CacheWriteError):
+    """A folder cannot be written: a read-only mount, or another user's files."""
 
 
 class ShardError(RegressionError):

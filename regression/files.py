@@ -2,30 +2,74 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import StoreError
+from .errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from .fingerprint import digest
 
 _HEADER = b"torch-regression "
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")  # how Rust (safetensors) reports errno
+
+
+def write_error(path: Path, exc: OSError, action: str = "write") -> CacheWriteError:
+    """A failed write or removal as an error that says why in words, naming path and folder."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in _NO_SPACE:
+        space = "no space left on device" if exc.errno == errno.ENOSPC \
+            else f"no space left ({reason})"
+        return NoSpaceError(str(path), f"{space}: cannot {action} {path.name} in {path.parent}")
+    if exc.errno in _READ_ONLY:
+        return ReadOnlyError(str(path), f"{path.parent} is read-only ({reason}): cannot {action} "
+                                        f"{path.name} there")
+    if exc.errno == errno.ELOOP:
+        reason = "it is a symbolic link, and the cache never writes through one"
+    return CacheWriteError(str(path), f"cannot {action} {path}: {reason}")
+
+
+def os_failure(exc: BaseException) -> OSError | None:
+    """The operating-system error behind `exc`, also when a library reports it only as text."""
+    if isinstance(exc, OSError):
+        return exc
+    match = _OS_ERROR_TEXT.search(str(exc))
+    if match is None:
+        return None
+    code = int(match.group(1))
+    return OSError(code, os.strerror(code))
 
 
 @contextmanager
 def temporary_file(folder: Path, name: str) -> Iterator[Path]:
-    """A new hidden file in `folder` to write and then rename; removed if it is left over."""
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    os.fchmod(handle, 0o666 & ~umask())  # mkstemp makes 0600; honour the umask instead
-    os.close(handle)
+    """A new hidden file in `folder` to write and then rename; removed if it is left over.
+
+    An OSError while it is made, written or renamed (a full disk, a read-only folder) becomes
+    a CacheWriteError that names `folder / name`.
+    """
+    target = folder / name
     try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    try:
+        try:
+            os.fchmod(handle, 0o666 & ~umask())  # mkstemp makes 0600; honour the umask instead
+        finally:
+            os.close(handle)
         yield Path(temporary)
+    except OSError as exc:
+        raise write_error(target, exc) from None
     finally:
-        Path(temporary).unlink(missing_ok=True)
+        with suppress(OSError):  # a hidden .tmp file left behind is never read
+            Path(temporary).unlink(missing_ok=True)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

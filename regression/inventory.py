@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import ENTRY_FILE, Entry, lock_path
-from .errors import CacheError, RegressionError
+from .cache import Entry, EntryLock, lock_path, remove_folder, with_fix
+from .errors import CacheError, CacheWriteError, RegressionError
 from .revision import short
 
-_ENTRY_NAME = re.compile(r"[0-9a-f]{32}")  # only such folders are ever listed or removed
+_ENTRY_NAME = re.compile(r"[0-9a-f]{32}")  # only such names are listed; only proven entries go
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -30,11 +29,16 @@ class EntryInfo:
 
 
 def folder_size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    """The bytes of the files in `folder`; links count as nothing and are not followed."""
+    if folder.is_symlink():
+        return 0
+    return sum(p.lstat().st_size for p in folder.rglob("*")
+               if not p.is_symlink() and p.is_file())
 
 
 def entries(cache_dir: Path) -> list[EntryInfo]:
-    """Every entry folder in the cache, readable or not, least recently used first."""
+    """Everything in the cache named like an entry, least recently used first; `entry` is None
+    for what is not provably one (it is listed with why, and never removed)."""
     found = []
     if cache_dir.is_dir():
         for folder in sorted(p for p in cache_dir.iterdir() if _ENTRY_NAME.fullmatch(p.name)):
@@ -43,10 +47,15 @@ def entries(cache_dir: Path) -> list[EntryInfo]:
                 fault = ""
             except CacheError as exc:
                 entry, fault = None, str(exc)
-            used = entry.last_used() if entry else folder.stat().st_mtime
+            used = entry.last_used() if entry else folder.lstat().st_mtime
             cases = len(entry.stored_cases()) if entry else 0
             found.append(EntryInfo(folder, entry, folder_size(folder), cases, used, fault))
     return sorted(found, key=lambda info: info.last_used)
+
+
+def foreign(cache_dir: Path) -> list[EntryInfo]:
+    """What is named like an entry but not provably one: prune and clear leave it alone."""
+    return [info for info in entries(cache_dir) if info.entry is None]
 
 
 def list_lines(cache_dir: Path) -> list[str]:
@@ -61,7 +70,7 @@ def list_lines(cache_dir: Path) -> list[str]:
         reference = short(info.entry.parts.get("reference", "?")) if info.entry else "?"
         key = info.directory.name[:16]
         apart = ("; ".join(f"{p}={info.entry.parts.get(p, '')}" for p in varying)
-                 if info.entry else f"UNREADABLE: {info.fault}")
+                 if info.entry else f"NOT AN ENTRY, left alone: {info.fault}")
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.last_used))
         lines.append(f"{reference:12}  {key:16}  {info.cases:>5}  {human_size(info.size):>9}  "
                      f"{used:16}  {apart or '-'}")
@@ -88,38 +97,46 @@ def verify(cache_dir: Path) -> list[str]:
 def prune(cache_dir: Path, max_size: int | None, older_than: float | None,
           now: float | None = None) -> list[EntryInfo]:
     """Remove entries unused for `older_than` seconds, then least recently used ones
-    until the cache holds at most `max_size` bytes; returns what was removed."""
+    until the cache holds at most `max_size` bytes; returns what was removed.
+
+    Only proven entries count and go: what is not provably one is left alone (`foreign`).
+    """
     now = time.time() if now is None else now
-    infos = entries(cache_dir)
+    infos = [info for info in entries(cache_dir) if info.entry is not None]
     total = sum(i.size for i in infos)
     removed = []
     for info in infos:
         too_old = older_than is not None and now - info.last_used > older_than
         too_big = max_size is not None and total > max_size
-        if too_old or too_big:
-            remove_entry(info.directory)
+        if (too_old or too_big) and remove_entry(info.directory):
             total -= info.size
             removed.append(info)
     return removed
 
 
 def clear(cache_dir: Path) -> list[EntryInfo]:
-    """Remove every entry."""
-    infos = entries(cache_dir)
-    for info in infos:
-        remove_entry(info.directory)
-    return infos
+    """Remove every entry the cache can prove its own; the rest is left alone (`foreign`)."""
+    return [info for info in entries(cache_dir)
+            if info.entry is not None and remove_entry(info.directory)]
 
 
-def remove_entry(directory: Path) -> None:
-    """Delete one entry folder while holding its lock, so no generation is cut short."""
-    from filelock import FileLock  # noqa: PLC0415 - only removal needs it here
+def remove_entry(directory: Path) -> bool:
+    """Delete one entry folder while holding its lock, so no generation is cut short.
 
-    with FileLock(str(lock_path(directory.parent, directory.name))):
-        marker = directory / ENTRY_FILE
-        marker.unlink(missing_ok=True)  # first: a half-deleted entry is never read as valid
-        shutil.rmtree(directory, ignore_errors=True)
+    Proven again under the lock (identity file verified, fingerprint hashing to the folder's
+    name, no link): False, and nothing removed, when it is not provably an entry.
+    """
+    try:
+        with EntryLock(lock_path(directory.parent, directory.name)):
+            try:
+                Entry.from_directory(directory)
+            except CacheError:
+                return False
+            remove_folder(directory)
+    except CacheWriteError as exc:
+        raise with_fix(exc, f"cannot remove the cache entry {directory}") from None
     # The lock file stays: deleting it would let a waiter and a newcomer lock different files.
+    return True
 
 
 def parse_size(text: str) -> int:

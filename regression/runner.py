@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,8 +19,9 @@ from . import shard
 from .cache import Entry
 from .config import CACHE_DIR_ENV, Settings, load_settings
 from .durations import read_durations
-from .errors import CacheError, CollectionError, ConfigError, ImportRedirectError, RegressionError, \
-    StoreError, SubjectImportError, error_from_data
+from .errors import CacheError, CacheWriteError, CollectionError, ConfigError, \
+    ImportRedirectError, ReadOnlyError, RegressionError, StoreError, SubjectImportError, \
+    error_from_data
 from .fingerprint import digest
 from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, RECORD, Job
 from .shard import ShardSpec
@@ -171,7 +171,7 @@ def plan(entry: Entry, cases: dict[str, str], force: bool) -> dict[str, Pending]
 
 
 def require_valid(suite: Suite) -> None:
-    """Raise unless every case has a valid stored reference (for `test --no-gen`)."""
+    """Raise unless every case has a valid stored reference (for `test --no-gen`); reads only."""
     try:
         suite.entry.verify_identity()
         todo = plan(suite.entry, suite.cases, force=False)
@@ -185,23 +185,55 @@ def require_valid(suite: Suite) -> None:
 
 
 def _open_entry(entry: Entry, warnings: list[str]) -> None:
-    """Create the entry; one whose identity file is wrong is removed and made anew."""
+    """Create the entry; one whose identity file is wrong, or a link, is removed (a link
+    alone, never its target) and made anew. A write that fails is no reason to discard."""
     try:
         entry.create()
+    except CacheWriteError:
+        raise
     except CacheError as exc:
         warnings.append(f"discarding the cache entry {entry.directory}: {exc}")
-        shutil.rmtree(entry.directory, ignore_errors=True)
+        entry.discard()
         entry.create()
+
+
+def _read_only_plan(suite: Suite, force: bool) -> dict[str, Pending] | None:
+    """The cases to record, planned with no lock and no write (verified files need neither);
+    None when the entry itself is missing or not trusted."""
+    try:
+        suite.entry.verify_identity()
+    except CacheError:
+        return None
+    return plan(suite.entry, suite.cases, force)
 
 
 def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generation:
     """Record the reference outputs of the cases that lack a valid one.
 
-    The entry's lock is held throughout: a concurrent gen of the same key waits, then finds
-    the work done.
+    Planning reads only, so a read-only cache (a restored CI cache, a shared mount) holding
+    every case serves. Only when something must be recorded is the entry's lock taken, and
+    the plan made again under it: a concurrent gen of the same key waits, then finds the work
+    done.
     """
+    prune_stale_worktrees(suite.reference.repo)  # git's bookkeeping, not the cache
+    todo = _read_only_plan(suite, force)
+    if todo == {}:
+        suite.entry.touch()  # a hint for pruning; skipped where the cache is read-only
+        return Generation(reused=len(suite.cases))
+    try:
+        return _generate_locked(suite, force, echo)
+    except ReadOnlyError as exc:
+        missing = (f"{len(todo)} of {len(suite.cases)} cases have no valid reference"
+                   if todo else f"the cache entry {suite.entry.directory} is missing or unusable")
+        raise ReadOnlyError(exc.path, f"{missing}, and nothing can be recorded: {exc.reason}",
+                            "make the cache folder writable, or point REGRESSION_CACHE_DIR at a "
+                            "writable folder (copy this cache there to keep what it holds), "
+                            "then run again.") from None
+
+
+def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
+    """Plan again and record, holding the entry's lock."""
     result = Generation()
-    prune_stale_worktrees(suite.reference.repo)
     with suite.entry.lock():
         _open_entry(suite.entry, result.warnings)
         todo = plan(suite.entry, suite.cases, force)

@@ -13,7 +13,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
 from .errors import StoreError
-from .files import read_checked, temporary_file, umask
+from .files import os_failure, read_checked, temporary_file, umask, write_error
 from .fingerprint import file_digest
 
 Node = dict[str, Any]
@@ -114,6 +114,9 @@ def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> t
         try:
             save_file(tensors, str(temporary))
         except (SafetensorError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+            failure = os_failure(exc)  # a full disk is not the dtypes' fault
+            if failure is not None:
+                raise write_error(folder / f"{stem}.safetensors", failure) from None
             dtypes = sorted({str(t.dtype) for t in tensors.values()})
             raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): "
                              f"{exc}") from None

@@ -240,13 +240,20 @@ def prune(c: Context, max_size: str | None = None, older_than: str | None = None
     for info in removed:
         print(f"removed {info.directory} ({inventory.human_size(info.size)})")
     print(f"removed {len(removed)} entries")
+    _report_foreign()
 
 
 @task
 def clear(c: Context) -> None:
-    """Remove every cache entry."""
+    """Remove every cache entry; what is not provably one is left alone and listed."""
     removed = _translate(lambda: inventory.clear(_cache_dir()))
     print(f"removed {len(removed)} entries")
+    _report_foreign()
+
+
+def _report_foreign() -> None:
+    for info in inventory.foreign(_translate(_cache_dir)):
+        print(f"left alone, not provably a cache entry: {info.directory}: {info.fault}")
 
 
 cache = Collection("cache", list_, verify, prune, clear)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import PROJECT, TASKS, Repo, init_repo, make_subject_repo
+from helpers import PROJECT, TASKS, Mounts, Repo, init_repo, make_subject_repo, mount_refused
 
 
 @pytest.fixture
@@ -33,3 +34,22 @@ def zoo_repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo.write(".gitignore", "__pycache__/\n")
     repo.commit("the zoo")
     return path
+
+
+@pytest.fixture(scope="session")
+def mount_allowed(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Skip, saying why, where this machine cannot mount (CI runs as root, and can)."""
+    refused = mount_refused(tmp_path_factory.mktemp("probe") / "mount")
+    if refused:
+        pytest.skip(f"needs mount (root or CAP_SYS_ADMIN) for a real full or read-only disk: "
+                    f"{refused}")
+
+
+@pytest.fixture
+def mounts(mount_allowed: None) -> Iterator[Mounts]:
+    """Mounts made by a test, undone after it whatever its outcome."""
+    made = Mounts()
+    try:
+        yield made
+    finally:
+        made.undo()

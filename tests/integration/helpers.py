@@ -138,6 +138,58 @@ def make_subject_repo(path: Path, cache: Path) -> Repo:
     return repo
 
 
+class Mounts:
+    """Real mounts for fault tests (a small disk, a read-only cache); undone by `undo`."""
+
+    def __init__(self) -> None:
+        self.points: list[Path] = []
+
+    @staticmethod
+    def run(*args: str) -> None:
+        subprocess.run(["mount", *args], check=True, capture_output=True, text=True)
+
+    def tmpfs(self, path: Path, size: str) -> None:
+        """A fresh file system of `size` bytes (e.g. 64k) at `path`."""
+        path.mkdir(parents=True, exist_ok=True)
+        self.run("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path))
+        self.points.append(path)
+
+    def resize(self, path: Path, size: str) -> None:
+        self.run("-o", f"remount,size={size}", str(path))
+
+    def read_only(self, path: Path) -> None:
+        """`path` as a read-only view of itself: even root cannot write there."""
+        self.run("--bind", str(path), str(path))
+        self.points.append(path)
+        self.run("-o", "remount,ro,bind", str(path))
+
+    def undo(self) -> None:
+        for path in reversed(self.points):
+            subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+        self.points.clear()
+
+
+def mount_refused(probe: Path) -> str:
+    """Why this machine cannot mount (not root, no CAP_SYS_ADMIN); "" when it can."""
+    probe.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(probe)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        return done.stderr.strip() or f"mount exited {done.returncode}"
+    subprocess.run(["umount", str(probe)], check=True)
+    return ""
+
+
+def fill(folder: Path) -> None:
+    """Write a file into `folder` until its disk is full."""
+    with open(folder / "filler", "wb", buffering=0) as stream:
+        try:
+            while True:
+                stream.write(b"x" * 4096)
+        except OSError:
+            pass
+
+
 def stored_files(cache: Path) -> dict[Path, tuple[int, int]]:
     """Modification time and inode of every stored reference file (entry and cases)."""
     return {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in cache.rglob("*")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from helpers import Repo, make_subject_repo, output
+from helpers import Mounts, Repo, fill, make_subject_repo, output
 
 from regression.files import dump_verified, load_verified
 from regression.fingerprint import digest
@@ -202,3 +202,132 @@ def test_sigkill_during_gen_leaves_nothing_read_as_valid(big_repo: Repo, tmp_pat
     assert done.returncode == 0, output(done)
     assert "25 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
     assert len(repo.git("worktree", "list").splitlines()) == 1  # the killed run's was pruned
+
+
+def _files(folder: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file under `folder`: its bytes, modification time and inode."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _clean(done: subprocess.CompletedProcess[str]) -> str:
+    text = output(done)
+    assert "Traceback" not in text and "OSError" not in text, text
+    return text
+
+
+# links inside the cache: never followed for writing or deleting
+
+
+def test_linked_entry_is_left_by_clear_and_replaced_by_gen(repo: Repo, tmp_path: Path) -> None:
+    entry = _entry(repo)
+    target = tmp_path / "elsewhere"
+    entry.rename(target)
+    entry.symlink_to(target, target_is_directory=True)
+    before = _files(target)
+    cleared = repo.invoke("cache.clear")
+    assert cleared.returncode == 0, output(cleared)
+    assert "removed 0 entries" in cleared.stdout
+    assert f"left alone, not provably a cache entry: {entry}: " in cleared.stdout
+    assert entry.is_symlink() and _files(target) == before
+    done = repo.invoke("gen")
+    assert done.returncode == 0, output(done)
+    assert "discarding the cache entry" in done.stdout and "recorded 1 cases" in done.stdout
+    assert entry.is_dir() and not entry.is_symlink()
+    assert _files(target) == before  # the link went, never what it pointed at
+    assert repo.invoke("test", "--no-gen").returncode == 0
+
+
+def test_linked_cases_folder_is_never_written_through(repo: Repo, tmp_path: Path) -> None:
+    cases = _entry(repo) / "cases"
+    target = tmp_path / "elsewhere"
+    cases.rename(target)
+    cases.symlink_to(target, target_is_directory=True)
+    before = _files(target)
+    done = repo.invoke("gen", "--force")
+    assert done.returncode == 0, output(done)
+    assert "cases is a symbolic link" in done.stdout
+    assert cases.is_dir() and not cases.is_symlink()
+    assert _files(target) == before
+    tested = repo.invoke("test", "--no-gen")
+    assert tested.returncode == 0, output(tested)
+
+
+# a read-only cache (a restored CI cache, a shared read-only mount)
+
+
+def test_read_only_cache_holding_every_case_serves_test_gen_and_pytest(
+        repo: Repo, mounts: Mounts) -> None:
+    mounts.read_only(repo.cache)
+    for args in (["test"], ["test", "--no-gen"]):
+        done = repo.invoke(*args)
+        assert done.returncode == 0, output(done)
+        assert "1 identical, 0 changed" in _clean(done)
+    done = repo.invoke("gen")
+    assert done.returncode == 0 and "nothing generated" in _clean(done)
+    done = repo.pytest("tests")
+    assert done.returncode == 0 and "1 identical, 0 changed" in _clean(done)
+    for args in (["cache.list"], ["cache.verify"]):
+        assert repo.invoke(*args).returncode == 0
+    for args in (["cache.clear"], ["cache.prune", "--max-size", "0"]):
+        done = repo.invoke(*args)
+        assert done.returncode == 2, output(done)
+        assert f"the cache folder {repo.cache} is read-only" in _clean(done)
+    assert repo.invoke("cache.verify").returncode == 0
+
+
+def test_read_only_cache_missing_a_case_is_a_clear_error(repo: Repo, mounts: Mounts) -> None:
+    _case_json(repo).unlink()
+    mounts.read_only(repo.cache)
+    for args in (["test"], ["gen"]):
+        done = repo.invoke(*args)
+        assert done.returncode == 2, output(done)
+        text = _clean(done)
+        assert "1 of 1 cases have no valid reference, and nothing can be recorded: " \
+               f"the cache folder {repo.cache} is read-only" in text
+        assert "REGRESSION_CACHE_DIR" in text
+    done = repo.pytest("tests")
+    assert done.returncode == 1
+    assert "no reference is recorded for this case" in _clean(done)
+
+
+# a full disk
+
+
+def test_full_disk_while_storing_tensors_names_the_case_and_stores_nothing_false(
+        big_repo: Repo, tmp_path: Path, mounts: Mounts) -> None:
+    repo = Repo(big_repo.path, tmp_path / "cache")
+    mounts.tmpfs(repo.cache, "1m")  # room for the identity file and one case of 512 KiB
+    done = repo.invoke("gen")
+    assert done.returncode == 2, output(done)
+    text = _clean(done)
+    assert "cannot store the reference of tests/test_many.py::test_big[" in text
+    assert "no space left on device" in text and "dtype" not in text
+    assert f"{_entry(repo) / 'cases'}" in text
+    assert repo.invoke("cache.verify").returncode == 0  # what was stored reads back exactly
+    stopped = repo.invoke("test", "--no-gen")
+    assert stopped.returncode == 2 and "have no valid reference" in stopped.stderr
+    mounts.resize(repo.cache, "64m")
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "25 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
+
+
+@pytest.mark.parametrize("where", ["entry.json", ".gitignore"])
+def test_full_disk_while_making_the_cache_is_a_clear_error(
+        subject_repo: Repo, tmp_path: Path, mounts: Mounts, where: str) -> None:
+    disk = tmp_path / "disk"
+    mounts.tmpfs(disk, "64k")
+    fill(disk)
+    # The disk itself exists, so no .gitignore goes there; a folder made on it gets one.
+    repo = Repo(subject_repo.path, disk if where == "entry.json" else disk / "cache")
+    done = repo.invoke("gen")
+    assert done.returncode == 2, output(done)
+    text = _clean(done)
+    assert f"no space left on device: cannot write {where} in " in text
+    assert "REGRESSION_CACHE_DIR at a bigger disk" in text
+    assert not [p for p in disk.iterdir() if p.is_dir()]  # no half-made entry or cache folder
+    (disk / "filler").unlink()
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "1 identical, 0 changed" in done.stdout

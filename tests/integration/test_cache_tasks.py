@@ -76,3 +76,48 @@ def test_list_prune_and_clear(subject_repo: Repo) -> None:
     assert subject_repo.invoke("gen").returncode == 0
     assert "removed 1 entries" in subject_repo.invoke("cache.clear").stdout
     assert "no cache entries" in subject_repo.invoke("cache.list").stdout
+
+
+def _user_folder(parent: Path) -> Path:
+    """A folder of the user's named like a cache entry (e.g. by an MD5 sum)."""
+    folder = parent / ("0123456789abcdef" * 2)
+    folder.mkdir(parents=True)
+    (folder / "data.txt").write_text("the user's\n")
+    return folder
+
+
+def test_cache_variable_naming_the_project_is_refused(subject_repo: Repo) -> None:
+    folder = _user_folder(subject_repo.path)
+    for value in (str(subject_repo.path), ".", "/"):
+        for args in (["cache.clear"], ["cache.prune", "--max-size", "0"], ["gen"]):
+            done = subject_repo.invoke(*args, env={"REGRESSION_CACHE_DIR": value})
+            assert done.returncode == 2, output(done)
+            assert f"$REGRESSION_CACHE_DIR: {value!r} is the project folder or a folder " \
+                   "above it" in done.stderr
+            assert "Traceback" not in output(done)
+    assert (folder / "data.txt").read_text() == "the user's\n"
+
+
+def test_clear_and_prune_leave_what_is_not_an_entry_alone(subject_repo: Repo) -> None:
+    assert subject_repo.invoke("gen").returncode == 0
+    folder = _user_folder(subject_repo.cache)
+    for args in (["cache.prune", "--max-size", "0"], ["cache.clear"]):
+        assert subject_repo.invoke("gen").returncode == 0
+        done = subject_repo.invoke(*args)
+        assert done.returncode == 0, output(done)
+        assert "removed 1 entries" in done.stdout
+        assert f"left alone, not provably a cache entry: {folder}: " in done.stdout
+        assert (folder / "data.txt").read_text() == "the user's\n"
+    assert "NOT AN ENTRY, left alone" in subject_repo.invoke("cache.list").stdout
+
+
+def test_gen_never_writes_a_gitignore_into_an_existing_folder(subject_repo: Repo) -> None:
+    subject_repo.write("zoo/model.py", "WIDTH = 3\n")
+    subject_repo.commit("a zoo folder")
+    done = subject_repo.invoke("gen", env={"REGRESSION_CACHE_DIR": "zoo"})
+    assert done.returncode == 0, output(done)
+    assert not (subject_repo.path / "zoo" / ".gitignore").exists()
+    status = subject_repo.git("status", "--porcelain", "--untracked-files=all")
+    assert "?? zoo/" in status  # what the cache wrote there stays visible to git
+    subject_repo.write("zoo/new_model.py", "WIDTH = 4\n")
+    assert "?? zoo/new_model.py" in subject_repo.git("status", "--porcelain")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import stat
@@ -12,9 +13,18 @@ import filelock
 import pytest
 import torch
 
-from regression.cache import ABSENT, RECORDED, CaseRecord, Entry, Output, case_id
+from regression.cache import (
+    ABSENT,
+    GITIGNORE,
+    RECORDED,
+    CaseRecord,
+    Entry,
+    Output,
+    case_id,
+    ensure_cache_root,
+)
 from regression.compare import compare
-from regression.errors import CacheError, StoreError
+from regression.errors import CacheError, NoSpaceError, ReadOnlyError, StoreError
 from regression.files import dump_verified, load_verified, write_atomic
 from regression.fingerprint import digest
 
@@ -430,3 +440,201 @@ def test_record_with_valid_hash_but_bad_shape_is_never_trusted(
         with pytest.raises(StoreError, match=problem):
             read("t.py::x")
     assert any(problem in fault for fault in entry.faults())
+
+
+# the cache folder: made here, or somebody else's
+
+
+def test_a_cache_folder_made_here_gets_a_gitignore_with_our_header(tmp_path: Path) -> None:
+    ensure_cache_root(tmp_path / "a" / "cache")
+    text = (tmp_path / "a" / "cache" / ".gitignore").read_text()
+    assert text.splitlines() == ["# Created by torch-regression.", "*"]
+
+
+def test_an_existing_folder_never_gets_a_gitignore(tmp_path: Path) -> None:
+    zoo = tmp_path / "zoo"  # a folder of the project, named as the cache by mistake
+    zoo.mkdir()
+    (zoo / "model.py").write_text("x = 1\n")
+    entry = Entry(zoo, PARTS)
+    with entry.lock():
+        entry.create()
+    entry.save_case(recorded_case())
+    assert not (zoo / ".gitignore").exists()
+    assert (zoo / "model.py").read_text() == "x = 1\n"
+
+
+def test_taking_the_lock_makes_the_cache_folder_with_its_gitignore(tmp_path: Path) -> None:
+    with Entry(tmp_path / "new", PARTS).lock():
+        pass
+    assert (tmp_path / "new" / ".gitignore").read_bytes() == GITIGNORE
+
+
+def test_a_gitignore_that_cannot_be_written_leaves_no_folder_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(path: Path, data: bytes) -> None:
+        raise NoSpaceError(str(path), f"no space left on device: cannot write {path.name}")
+
+    monkeypatch.setattr("regression.cache.write_atomic", full)
+    with pytest.raises(NoSpaceError, match="cannot create the cache .*no space left"):
+        ensure_cache_root(tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # so the next run makes it, .gitignore and all
+    monkeypatch.undo()
+    ensure_cache_root(tmp_path / "cache")
+    assert (tmp_path / "cache" / ".gitignore").read_bytes() == GITIGNORE
+
+
+# links in the cache are never followed for writing or deleting
+
+
+def elsewhere(tmp_path: Path, name: str) -> Path:
+    """A folder outside the cache holding a file that must survive."""
+    folder = tmp_path / "elsewhere" / name
+    folder.mkdir(parents=True)
+    (folder / "precious.txt").write_text("keep me\n")
+    return folder
+
+
+def test_an_entry_that_is_a_link_is_foreign_and_discarding_it_keeps_its_target(
+        tmp_path: Path) -> None:
+    target = elsewhere(tmp_path, "target")
+    entry = Entry(tmp_path / "cache", PARTS)
+    entry.directory.parent.mkdir()
+    entry.directory.symlink_to(target, target_is_directory=True)
+    with pytest.raises(CacheError, match="is a symbolic link"):
+        entry.create()
+    with pytest.raises(CacheError, match="is a symbolic link"):
+        entry.save_case(recorded_case())
+    entry.discard()
+    assert not entry.directory.is_symlink() and not entry.directory.exists()
+    assert sorted(p.name for p in target.iterdir()) == ["precious.txt"]
+    entry.create()
+    assert entry.directory.is_dir() and not entry.directory.is_symlink()
+
+
+def test_an_entry_read_through_a_link_is_foreign(entry: Entry, tmp_path: Path) -> None:
+    moved = tmp_path / "moved"
+    entry.directory.rename(moved)
+    entry.directory.symlink_to(moved, target_is_directory=True)
+    with pytest.raises(CacheError, match="symbolic link"):
+        Entry.from_directory(entry.directory)
+    with pytest.raises(CacheError, match="symbolic link"):
+        entry.verify_identity()
+
+
+def test_a_cases_folder_that_is_a_link_is_foreign_and_never_written_through(
+        entry: Entry, tmp_path: Path) -> None:
+    target = elsewhere(tmp_path, "cases")
+    entry.cases.symlink_to(target, target_is_directory=True)
+    with pytest.raises(CacheError, match="cases is a symbolic link"):
+        entry.verify_identity()
+    with pytest.raises(CacheError, match="cases is a symbolic link"):
+        entry.save_case(recorded_case())
+    assert any("cases is a symbolic link" in fault for fault in entry.faults())
+    entry.discard()
+    assert not entry.directory.exists()
+    assert sorted(p.name for p in target.iterdir()) == ["precious.txt"]
+
+
+def test_a_file_in_place_of_an_entry_folder_is_foreign_and_discarded(tmp_path: Path) -> None:
+    entry = Entry(tmp_path / "cache", PARTS)
+    entry.directory.parent.mkdir()
+    entry.directory.write_text("not a folder")
+    with pytest.raises(CacheError, match="is not a folder"):
+        entry.create()
+    entry.discard()
+    entry.create()
+    assert entry.exists()
+
+
+def test_a_lock_file_that_is_a_link_is_replaced_and_its_target_kept(
+        entry: Entry, tmp_path: Path) -> None:
+    target = elsewhere(tmp_path, "lock") / "precious.txt"
+    lock = entry.lock()
+    Path(lock.lock_file).unlink(missing_ok=True)
+    Path(lock.lock_file).symlink_to(target)
+    with lock:
+        assert not Path(lock.lock_file).is_symlink()
+    assert target.read_text() == "keep me\n"
+
+
+def test_touch_never_follows_a_link(entry: Entry, tmp_path: Path) -> None:
+    target = elsewhere(tmp_path, "used") / "precious.txt"
+    os.utime(target, (1000.0, 1000.0))
+    (entry.directory / "last-used").symlink_to(target)
+    assert entry.touch()
+    assert not (entry.directory / "last-used").is_symlink()
+    assert target.stat().st_mtime == 1000.0 and target.read_text() == "keep me\n"
+
+
+def test_touch_never_makes_the_entry_folder(tmp_path: Path) -> None:
+    entry = Entry(tmp_path / "cache", PARTS)
+    assert entry.touch() is False
+    assert not (tmp_path / "cache").exists()
+
+
+# read-only and full caches
+
+
+def test_touch_of_a_cache_that_cannot_be_written_is_skipped(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    def read_only(*args: object, **kwargs: object) -> int:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("regression.cache.os.open", read_only)
+    assert entry.touch() is False
+
+
+def test_the_lock_of_a_read_only_cache_is_an_error_that_names_the_folder(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("regression.cache.os.access", lambda *args, **kwargs: False)
+    with pytest.raises(ReadOnlyError) as raised:
+        with entry.lock():
+            pass
+    assert str(raised.value).startswith(f"the cache folder {entry.directory.parent} is read-only")
+
+
+def test_a_full_disk_while_creating_an_entry_names_the_folder_and_leaves_no_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = Entry(tmp_path / "cache", PARTS)
+    ensure_cache_root(entry.directory.parent)
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("regression.files.os.replace", full)
+    with pytest.raises(NoSpaceError) as raised:
+        entry.create()
+    message = str(raised.value)
+    assert f"cannot create the cache entry {entry.directory}: no space left on device" in message
+    assert "REGRESSION_CACHE_DIR" in message  # the fix
+    assert not entry.exists()
+
+
+def test_a_full_disk_while_writing_tensors_is_not_blamed_on_the_dtypes(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors import SafetensorError
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                              "(os error 28)")
+
+    monkeypatch.setattr("regression.store.save_file", full)
+    with pytest.raises(NoSpaceError) as raised:
+        entry.save_case(recorded_case())
+    message = str(raised.value)
+    assert f"cannot store the reference of {NODEID}: no space left on device" in message
+    assert str(entry.cases) in message and "dtype" not in message
+    assert entry.load_case(NODEID) is None  # nothing reads as valid
+    assert list(entry.cases.iterdir()) == []
+
+
+def test_a_full_disk_while_writing_a_case_record_leaves_the_case_missing(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(path: Path, data: bytes) -> None:
+        raise NoSpaceError(str(path), f"no space left on device: cannot write {path.name}")
+
+    monkeypatch.setattr("regression.cache.write_atomic", full)
+    with pytest.raises(NoSpaceError) as raised:
+        entry.save_case(recorded_case())
+    assert f"cannot store the reference of {NODEID}: no space left" in str(raised.value)
+    assert entry.load_case(NODEID) is None and entry.valid_harness(NODEID) is None

@@ -429,3 +429,73 @@ def test_cache_dir_may_not_be_the_project_or_above(tmp_path: Path, value: str) -
 def test_more_bad_values_name_their_key(tmp_path: Path, text: str) -> None:
     error = config_error(tmp_path, MINIMAL + text + "\n")
     assert text.split(":")[0] in str(error)
+
+
+# one check for where the cache may live, from config.yaml or from the environment
+
+
+def project_with_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A project beside a fake home folder, and places that must never hold the cache."""
+    home = tmp_path / "home"
+    (home / "user").mkdir(parents=True)
+    project = tmp_path / "work" / "project"
+    (project / "vendored" / ".git").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home / "user"))
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    write(project, MINIMAL)
+    return {"the project": str(project), "a folder above it": str(tmp_path),
+            "the file system's root": "/", "the home folder": str(home / "user"),
+            "above the home folder": "../../home", "the project, relatively": ".",
+            "above it, relatively": "..", "a repository": "vendored"}
+
+
+PLACES = ["the project", "a folder above it", "the file system's root", "the home folder",
+          "above the home folder", "the project, relatively", "above it, relatively",
+          "a repository"]
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_the_cache_variable_may_not_name_the_project_home_or_a_repository(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str) -> None:
+    value = project_with_places(tmp_path, monkeypatch)[place]
+    settings = load_settings(tmp_path / "work" / "project" / "config.yaml")
+    monkeypatch.setenv(CACHE_DIR_ENV, value)
+    with pytest.raises(ConfigError) as info:
+        settings.cache_dir  # noqa: B018 - the property checks
+    message = str(info.value)
+    assert message.startswith(f"${CACHE_DIR_ENV}: {value!r} ")
+    assert "unset it or name a folder of its own, e.g. .regression-cache" in message
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_the_cache_dir_key_may_not_name_the_project_home_or_a_repository(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str) -> None:
+    value = project_with_places(tmp_path, monkeypatch)[place]
+    error = config_error(tmp_path / "work" / "project", MINIMAL + f"cache_dir: '{value}'\n")
+    assert error.key == "cache_dir"
+    assert "name a folder of its own, e.g. .regression-cache" in str(error)
+
+
+def test_the_cache_variable_may_name_a_folder_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project_with_places(tmp_path, monkeypatch)
+    settings = load_settings(tmp_path / "work" / "project" / "config.yaml")
+    for value, folder in [("zoo", tmp_path / "work" / "project" / "zoo"),
+                          (str(tmp_path / "caches"), tmp_path / "caches")]:
+        monkeypatch.setenv(CACHE_DIR_ENV, value)
+        assert settings.cache_dir == folder
+
+
+def test_a_link_to_the_cache_folder_is_resolved_and_checked_where_it_leads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project_with_places(tmp_path, monkeypatch)
+    project = tmp_path / "work" / "project"
+    (tmp_path / "big-disk").mkdir()
+    (project / "cache-link").symlink_to(tmp_path / "big-disk", target_is_directory=True)
+    (project / "root-link").symlink_to(project, target_is_directory=True)
+    settings = load_settings(project / "config.yaml")
+    monkeypatch.setenv(CACHE_DIR_ENV, "cache-link")
+    assert settings.cache_dir == tmp_path / "big-disk"
+    monkeypatch.setenv(CACHE_DIR_ENV, "root-link")
+    with pytest.raises(ConfigError, match="is the project folder"):
+        settings.cache_dir  # noqa: B018 - the property checks

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save
 
-from regression.errors import StoreError
+from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from regression.files import (
     dump_verified,
     load_verified,
+    os_failure,
     read_checked,
     verify_safetensors,
     write_atomic,
@@ -117,13 +120,46 @@ def test_write_atomic_removes_its_temporary_file_on_failure(
     write_atomic(path, b"old")
 
     def fail(*args: object) -> None:
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("regression.files.os.replace", fail)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(NoSpaceError):
         write_atomic(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
+
+
+@pytest.mark.parametrize(("code", "kind", "words"), [
+    (errno.ENOSPC, NoSpaceError, "no space left on device: cannot write file.bin in "),
+    (errno.EDQUOT, NoSpaceError, "no space left (Disk quota exceeded): cannot write file.bin"),
+    (errno.EROFS, ReadOnlyError, " is read-only (Read-only file system): cannot write file.bin"),
+    (errno.EACCES, ReadOnlyError, " is read-only (Permission denied): cannot write file.bin"),
+    (errno.EIO, CacheWriteError, "cannot write "),
+])
+@pytest.mark.parametrize("step", ["make", "write", "rename"])
+def test_a_failed_write_says_why_in_words_and_names_file_and_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, kind: type, words: str,
+        step: str) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    target = {"make": (tempfile, "mkstemp"), "write": (Path, "write_bytes"),
+              "rename": (os, "replace")}[step]
+    monkeypatch.setattr(*target, fail)
+    with pytest.raises(kind) as raised:
+        write_atomic(tmp_path / "file.bin", b"data")
+    assert type(raised.value) is kind
+    assert words in str(raised.value) and str(tmp_path) in str(raised.value)
+    assert raised.value.path == str(tmp_path / "file.bin")
+    assert list(tmp_path.iterdir()) == []  # no temporary file, nothing that reads as written
+
+
+def test_os_failure_reads_the_errno_a_library_gives_only_as_text() -> None:
+    failure = os_failure(RuntimeError("I/O error: No space left on device (os error 28)"))
+    assert failure is not None and failure.errno == errno.ENOSPC
+    error = OSError(errno.EROFS, "Read-only file system")
+    assert os_failure(error) is error
+    assert os_failure(ValueError("unsupported dtype F8 (at 28)")) is None
 
 
 def safetensors_bytes() -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import filelock
@@ -12,11 +13,13 @@ import pytest
 import torch
 
 from regression.cache import CaseRecord, Entry, Output
-from regression.errors import RegressionError
+from regression.errors import ReadOnlyError, RegressionError
 from regression.inventory import (
+    EntryInfo,
     clear,
     entries,
     folder_size,
+    foreign,
     human_size,
     list_lines,
     parse_age,
@@ -185,7 +188,8 @@ def test_list_of_entries_differing_only_by_reference_distinguishes_nothing(cache
 def test_list_marks_an_unreadable_entry(cache: Path) -> None:
     unreadable_folder(cache)
     (row,) = list_lines(cache)[1:]
-    assert row.startswith("?") and "UNREADABLE:" in row and "corrupt or truncated" in row
+    assert row.startswith("?") and "NOT AN ENTRY, left alone:" in row \
+        and "corrupt or truncated" in row
 
 
 # verify
@@ -285,9 +289,8 @@ def test_prune_within_both_limits_removes_nothing(cache: Path) -> None:
 
 def test_clear_removes_every_entry_and_keeps_the_cache_folder(cache: Path) -> None:
     made = three_entries(cache)
-    unreadable_folder(cache)
     removed = clear(cache)
-    assert len(removed) == 4
+    assert sorted(i.directory for i in removed) == sorted(e.directory for e in made)
     assert not any(e.directory.exists() for e in made)
     assert [p.name for p in cache.iterdir() if p.is_dir()] == []
 
@@ -328,3 +331,77 @@ def test_clear_and_prune_never_touch_folders_that_are_not_entries(cache: Path) -
     clear(cache)
     prune(cache, max_size=0, older_than=0)
     assert (cache / "src" / "keep.py").read_text() == "x = 1\n"
+
+
+def not_ours(cache: Path, tmp_path: Path) -> dict[str, Path]:
+    """Things in the cache named like entries that the cache cannot prove its own."""
+    cache.mkdir(parents=True, exist_ok=True)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "precious.txt").write_text("keep me\n")
+    renamed = make_entry(cache, threads="9")
+    moved = cache / ("d" * 32)
+    renamed.directory.rename(moved)  # a real entry under another name: no proof
+    linked = make_entry(tmp_path / "other-cache", threads="8")
+    link = cache / linked.key  # a real entry, but reached through a link
+    link.symlink_to(linked.directory, target_is_directory=True)
+    user = cache / ("a" * 32)  # e.g. a folder named by an MD5 sum
+    user.mkdir()
+    (user / "data.bin").write_bytes(b"user data")
+    (cache / ("b" * 32)).symlink_to(target, target_is_directory=True)
+    return {"corrupt": unreadable_folder(cache), "renamed": moved, "linked": link,
+            "user": user, "link": cache / ("b" * 32)}
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("clean", [
+    lambda cache: clear(cache),
+    lambda cache: prune(cache, max_size=0, older_than=None),
+    lambda cache: prune(cache, max_size=None, older_than=0.0, now=1e12),
+], ids=["clear", "prune-size", "prune-age"])
+def test_clear_and_prune_remove_only_what_they_prove_their_own(
+        cache: Path, tmp_path: Path, clean: Callable[[Path], list[EntryInfo]]) -> None:
+    ours = make_entry(cache, threads="1")
+    strangers = not_ours(cache, tmp_path)
+    before = snapshot(tmp_path / "elsewhere") | snapshot(tmp_path / "other-cache")
+    kept = {name: snapshot(path) for name, path in strangers.items() if not path.is_symlink()}
+    removed = clean(cache)
+    assert [i.directory for i in removed] == [ours.directory]
+    assert not ours.directory.exists()
+    assert all(path.is_symlink() or path.is_dir() for path in strangers.values())
+    assert {name: snapshot(path) for name, path in strangers.items()
+            if not path.is_symlink()} == kept
+    assert snapshot(tmp_path / "elsewhere") | snapshot(tmp_path / "other-cache") == before
+    assert sorted(i.directory for i in foreign(cache)) == sorted(strangers.values())
+
+
+def test_each_thing_left_alone_says_why(cache: Path, tmp_path: Path) -> None:
+    strangers = not_ours(cache, tmp_path)
+    faults = {i.directory: i.fault for i in foreign(cache)}
+    assert "corrupt or truncated" in faults[strangers["corrupt"]]
+    assert "hashes to" in faults[strangers["renamed"]]
+    assert "symbolic link" in faults[strangers["linked"]]
+    assert "symbolic link" in faults[strangers["link"]]
+    assert "is missing" in faults[strangers["user"]]
+
+
+def test_remove_entry_refuses_what_is_not_provably_an_entry(cache: Path, tmp_path: Path) -> None:
+    strangers = not_ours(cache, tmp_path)
+    for path in strangers.values():
+        assert remove_entry(path) is False
+        assert path.is_symlink() or path.is_dir()
+
+
+def test_clearing_a_read_only_cache_is_an_error_that_names_the_folder(
+        cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = make_entry(cache)
+    monkeypatch.setattr("regression.cache.os.access", lambda *args, **kwargs: False)
+    with pytest.raises(ReadOnlyError) as raised:
+        clear(cache)
+    message = str(raised.value)
+    assert f"cannot remove the cache entry {entry.directory}" in message
+    assert f"the cache folder {cache} is read-only" in message and "Fix:" in message
+    assert entry.exists()
