@@ -270,7 +270,7 @@ class Entry:
 
         self.require_own_folders()
         cid = case_id(record.nodeid)
-        encoder = Encoder(prefix="t")
+        encoder = Encoder(prefix="t", copy=False)  # written out before this returns
         outputs = [{"name": o.name, "value": encoder.encode(o.value)} for o in record.outputs]
         body: dict[str, object] = {
             "format": FORMAT, "nodeid": record.nodeid, "environment": self.key,

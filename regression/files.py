@@ -5,19 +5,18 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import tempfile
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 from .errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
-from .fingerprint import digest
+from .fingerprint import content_hasher, digest
+from .tensorfile import LENGTH_BYTES, header_length, parse_header
 
 _HEADER = b"torch-regression "
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")  # how Rust (safetensors) reports errno
 
 
 def write_error(path: Path, exc: OSError, action: str = "write") -> CacheWriteError:
@@ -33,17 +32,6 @@ def write_error(path: Path, exc: OSError, action: str = "write") -> CacheWriteEr
     if exc.errno == errno.ELOOP:
         reason = "it is a symbolic link, and the cache never writes through one"
     return CacheWriteError(str(path), f"cannot {action} {path}: {reason}")
-
-
-def os_failure(exc: BaseException) -> OSError | None:
-    """The operating-system error behind `exc`, also when a library reports it only as text."""
-    if isinstance(exc, OSError):
-        return exc
-    match = _OS_ERROR_TEXT.search(str(exc))
-    if match is None:
-        return None
-    code = int(match.group(1))
-    return OSError(code, os.strerror(code))
 
 
 @contextmanager
@@ -112,9 +100,9 @@ def load_verified(path: Path) -> dict[str, Any]:
     return body
 
 
-def read_checked(path: Path, expected_digest: str) -> bytes:
-    """The bytes of `path`, after checking their content hash."""
-    data = _read(path)
+def read_checked(path: Path, expected_digest: str) -> bytearray:
+    """The bytes of `path`, read once into one buffer, after checking their content hash."""
+    data = _read_buffer(path)
     if digest(data) != expected_digest:
         raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
     return data
@@ -129,12 +117,53 @@ def _read(path: Path) -> bytes:
         raise StoreError(f"{path} cannot be read: {exc}") from None
 
 
-def verify_safetensors(path: Path, expected_digest: str) -> None:
-    """Check a safetensors file's hash and structure without torch and without unpickling."""
-    from safetensors import SafetensorError, deserialize
-
-    data = read_checked(path, expected_digest)
+def _read_buffer(path: Path) -> bytearray:
+    """A file's bytes in a buffer of its size, filled in place (no second copy)."""
     try:
-        deserialize(data)  # type: ignore[no-untyped-call]
-    except (SafetensorError, ValueError) as exc:
+        with open(path, "rb", buffering=0) as stream:
+            data = bytearray(os.fstat(stream.fileno()).st_size)
+            with memoryview(data) as view:
+                filled = 0
+                while filled < len(data) and (count := stream.readinto(view[filled:])):
+                    filled += count
+            if filled < len(data) or stream.read(1):
+                raise StoreError(f"{path} changed while it was read")
+            return data
+    except FileNotFoundError:
+        raise StoreError(f"{path} is missing") from None
+    except OSError as exc:
+        raise StoreError(f"{path} cannot be read: {exc}") from None
+
+
+def verify_safetensors(path: Path, expected_digest: str) -> None:
+    """Check a safetensors file's hash and layout in one streaming pass, without torch and
+    without unpickling; memory stays small whatever the file's size."""
+    try:
+        with open(path, "rb") as stream:
+            content_digest, header, size = _hash_with_header(stream)
+    except FileNotFoundError:
+        raise StoreError(f"{path} is missing") from None
+    except OSError as exc:
+        raise StoreError(f"{path} cannot be read: {exc}") from None
+    if content_digest != expected_digest:
+        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
+    try:
+        length = header_length(header, size)
+        parse_header(header[LENGTH_BYTES:LENGTH_BYTES + length], size)
+    except ValueError as exc:
         raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
+
+
+def _hash_with_header(stream: IO[bytes], chunk: int = 1 << 20) -> tuple[str, bytes, int]:
+    """The content hash of a file, its first bytes up to the end of the header, its size."""
+    size = os.fstat(stream.fileno()).st_size
+    hasher = content_hasher()
+    header = stream.read(LENGTH_BYTES)
+    try:
+        header += stream.read(header_length(header, size))
+    except ValueError:
+        pass  # not a safetensors file: reported once the hash is known to match
+    hasher.update(header)
+    while block := stream.read(chunk):
+        hasher.update(block)
+    return hasher.hexdigest(), header, size

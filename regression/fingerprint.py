@@ -56,14 +56,19 @@ def environment_parts(settings: Settings, reference_sha: str) -> dict[str, str]:
     }
 
 
-def digest(data: bytes) -> str:
+def digest(data: bytes | bytearray) -> str:
     """The content hash used everywhere: xxh3, 128 bits, hex."""
     return xxhash.xxh3_128_hexdigest(data)
 
 
+def content_hasher() -> xxhash.xxh3_128:
+    """An incremental digest(): update() it with the bytes in order, then hexdigest()."""
+    return xxhash.xxh3_128()
+
+
 def file_digest(path: Path, chunk: int = 1 << 20) -> str:
     """digest() of a file's bytes, read in chunks."""
-    hasher = xxhash.xxh3_128()
+    hasher = content_hasher()
     with open(path, "rb") as stream:
         while block := stream.read(chunk):
             hasher.update(block)

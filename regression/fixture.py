@@ -14,20 +14,25 @@ from .report import mismatch_message
 from .store import Encoder, decode
 
 
-def snapshot(value: object) -> object:
-    """A detached CPU copy of `value`, checked to be storable; later in-place edits don't leak."""
-    encoder = Encoder(prefix="")
+def snapshot(value: object, copy: bool = True) -> object:
+    """`value` checked to be storable, its tensors detached: CPU copies that later in-place
+    edits don't reach, or (copy=False) views, for a value used before its owner can edit it."""
+    encoder = Encoder(prefix="", copy=copy)
     return decode(encoder.encode(value), encoder.tensors)
 
 
 class Sink(Protocol):
     """Where checked outputs go: recorded at the reference, compared in check mode."""
 
+    keeps_values: bool  # whether values outlive take(), so it must get copies
+
     def take(self, name: str, value: object) -> None: ...
 
 
 class RecordSink:
     """Keeps every checked output of one case for storage."""
+
+    keeps_values = True
 
     def __init__(self) -> None:
         self.outputs: list[Output] = []
@@ -38,6 +43,8 @@ class RecordSink:
 
 class CheckSink:
     """Compares each checked output with the reference record, bit for bit."""
+
+    keeps_values = False  # compared within take(); only the differences' text is kept
 
     def __init__(self, record: CaseRecord, reference: str) -> None:
         self.record = record
@@ -102,7 +109,7 @@ class Regression:
                              "give each check() a distinct name")
         self._names.append(name)
         require_unchanged(self._settings)  # the key says which settings made these bits
-        self._sink.take(name, snapshot(value))
+        self._sink.take(name, snapshot(value, copy=self._sink.keeps_values))
 
 
 def _shape(size: Sequence[object]) -> tuple[int, ...]:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
+import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as load_tensors
-from safetensors.torch import save_file
 
 from .errors import StoreError
-from .files import os_failure, read_checked, temporary_file, umask, write_error
-from .fingerprint import file_digest
+from .files import read_checked, temporary_file
+from .fingerprint import content_hasher
+from .tensorfile import LENGTH_BYTES, Slot, build_header, header_length, parse_header
 
 Node = dict[str, Any]
 
@@ -32,8 +32,9 @@ def path_label(path: tuple[object, ...]) -> str:
 class Encoder:
     """Turns one nested value into a JSON structure, collecting its tensors by name."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, copy: bool = True) -> None:
         self.prefix = prefix
+        self.copy = copy  # False: detached views, for a value used before its owner can edit it
         self.tensors: dict[str, torch.Tensor] = {}
 
     def encode(self, value: object, path: tuple[object, ...] = ()) -> Node:
@@ -76,7 +77,8 @@ class Encoder:
             raise StoreError(f"cannot store a {tensor.layout} tensor at {path_label(path)}; "
                              "convert it to a dense tensor first (e.g. .to_dense())")
         name = f"{self.prefix}{len(self.tensors)}"
-        self.tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
+        self.tensors[name] = (tensor.detach().to("cpu", copy=True).contiguous() if self.copy
+                              else tensor.detach())
         return name
 
 
@@ -108,29 +110,105 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
     raise StoreError(f"unknown node kind {kind!r}")
 
 
+_TORCH_NAMES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+    "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32",
+    "U16": "uint16", "U8": "uint8", "BOOL": "bool", "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+}
+DTYPES = {name: getattr(torch, t) for name, t in _TORCH_NAMES.items() if hasattr(torch, t)}
+_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+_BLOCK = 64 << 20  # bytes handed to one write() call
+
+
 def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> tuple[str, str]:
-    """Write tensors atomically as `<stem>.<hash>.safetensors`; returns (file name, hash)."""
+    """Write tensors atomically as `<stem>.<hash>.safetensors`; returns (file name, hash).
+
+    Streams each tensor's memory to the file and hashes it on the way: no serialized copy.
+    """
+    _require_little_endian()
+    problem = next(filter(None, (_unwritable(n, t) for n, t in tensors.items())), "")
+    if problem:
+        dtypes = sorted({str(t.dtype) for t in tensors.values()})
+        raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): "
+                         f"{problem}")
     with temporary_file(folder, stem) as temporary:
-        try:
-            save_file(tensors, str(temporary))
-        except (SafetensorError, ValueError, TypeError, KeyError, RuntimeError) as exc:
-            failure = os_failure(exc)  # a full disk is not the dtypes' fault
-            if failure is not None:
-                raise write_error(folder / f"{stem}.safetensors", failure) from None
-            dtypes = sorted({str(t.dtype) for t in tensors.values()})
-            raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): "
-                             f"{exc}") from None
-        temporary.chmod(0o666 & ~umask())  # safetensors wrote a new 0600 file
-        content_digest = file_digest(temporary)
+        with open(temporary, "wb") as stream:
+            content_digest = _write(stream, tensors)
         name = f"{stem}.{content_digest[:16]}.safetensors"
         os.replace(temporary, folder / name)
     return name, content_digest
 
 
+def _unwritable(name: str, tensor: torch.Tensor) -> str:
+    """Why `tensor` cannot be written as it is; "" when it can."""
+    if tensor.dtype not in _NAMES:
+        return f"{name!r} is {tensor.dtype}, which safetensors has no name for"
+    if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_meta:
+        return f"{name!r} is not a dense tensor with data"
+    if not tensor.is_contiguous():
+        return f"{name!r} is not contiguous; pass tensor.contiguous()"
+    return ""
+
+
+def _write(stream: IO[bytes], tensors: dict[str, torch.Tensor]) -> str:
+    """Write the file's bytes to `stream`; returns their content hash."""
+    header, slots = build_header([(n, _NAMES[t.dtype], tuple(t.shape))
+                                  for n, t in tensors.items()])
+    hasher = content_hasher()
+    hasher.update(header)
+    stream.write(header)
+    for slot in slots:
+        tensor = tensors[slot.name].detach().cpu()  # a copy only of a tensor on another device
+        for block in _blocks(tensor):
+            hasher.update(block)
+            stream.write(block)
+    return hasher.hexdigest()
+
+
+def _blocks(tensor: torch.Tensor) -> Iterator[memoryview]:
+    """A contiguous CPU tensor's bytes, without copying them, in blocks of at most _BLOCK."""
+    size = tensor.numel() * tensor.element_size()
+    if size:
+        memory = memoryview((ctypes.c_char * size).from_address(tensor.data_ptr())).cast("B")
+        for start in range(0, size, _BLOCK):
+            yield memory[start:start + _BLOCK]
+
+
 def tensors_from_file(path: Path, expected_digest: str) -> dict[str, torch.Tensor]:
-    """Tensors from a safetensors file, after checking its content hash."""
+    """Tensors from a safetensors file, after checking its content hash.
+
+    The file is read once into one buffer; the tensors are views of it, not copies.
+    """
+    _require_little_endian()
     data = read_checked(path, expected_digest)
     try:
-        return load_tensors(data)
-    except (SafetensorError, ValueError, RuntimeError) as exc:
+        length = header_length(bytes(data[:LENGTH_BYTES]), len(data))
+        slots = parse_header(bytes(data[LENGTH_BYTES:LENGTH_BYTES + length]), len(data))
+        return {slot.name: _tensor(data, slot) for slot in slots}
+    except ValueError as exc:
         raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
+
+
+def _tensor(data: bytearray, slot: Slot) -> torch.Tensor:
+    """The tensor in `slot` of a file read into `data`, sharing its memory."""
+    if slot.dtype not in DTYPES:
+        raise ValueError(f"tensor {slot.name!r} has dtype {slot.dtype}, which torch "
+                         f"{torch.__version__} lacks")
+    dtype = DTYPES[slot.dtype]
+    if slot.stop == slot.start:
+        return torch.empty(slot.shape, dtype=dtype)
+    count = (slot.stop - slot.start) // dtype.itemsize
+    tensor = torch.frombuffer(data, dtype=dtype, count=count, offset=slot.start)
+    if tensor.data_ptr() % dtype.itemsize:
+        tensor = tensor.clone()  # misaligned (a file this tool did not write): copy it
+    if dtype == torch.bool and bool((tensor.view(torch.uint8) > 1).any()):
+        raise ValueError(f"bool tensor {slot.name!r} holds bytes other than 0 and 1")
+    return tensor.reshape(slot.shape)
+
+
+def _require_little_endian() -> None:
+    if sys.byteorder != "little":
+        raise StoreError("the cache stores tensors little-endian, as safetensors does; this "
+                         "big-endian machine cannot use it")

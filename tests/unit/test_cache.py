@@ -612,13 +612,12 @@ def test_a_full_disk_while_creating_an_entry_names_the_folder_and_leaves_no_entr
 
 def test_a_full_disk_while_writing_tensors_is_not_blamed_on_the_dtypes(
         entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
-    from safetensors import SafetensorError
+    import errno
 
     def full(*args: object, **kwargs: object) -> None:
-        raise SafetensorError("Error while serializing: I/O error: No space left on device "
-                              "(os error 28)")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("regression.store.save_file", full)
+    monkeypatch.setattr("regression.store._write", full)
     with pytest.raises(NoSpaceError) as raised:
         entry.save_case(recorded_case())
     message = str(raised.value)

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regression.compare import Difference, compare, compare_tensors
+from regression.compare import Difference, _pieces, compare, compare_tensors
 
 
 def only(differences: list[Difference]) -> Difference:
@@ -258,3 +258,178 @@ def test_flipping_bits_of_one_element_gives_exactly_one_difference(
     assert difference.max_abs is not None and difference.max_abs >= 0
     where = tuple(int(i) for i in torch.unravel_index(torch.tensor(index), reference.shape))
     assert f" at {where if reference.dim() else '()'} " in difference.detail
+
+
+def float32_with_bits(*bits: int) -> torch.Tensor:
+    signed = [b - 2**32 if b >= 2**31 else b for b in bits]
+    return torch.tensor(signed, dtype=torch.int32).view(torch.float32)
+
+
+def test_nan_payload_change_shows_both_bits_and_no_infinite_difference() -> None:
+    reference = float32_with_bits(0x3F800000, 0x7FC00000)
+    actual = float32_with_bits(0x3F800000, 0x7FC00001)
+    difference = only(compare(reference, actual))
+    assert difference.detail == (
+        "float32[2]: 1 of 2 elements differ in bits only (NaN payload or sign of zero); "
+        "first at (1,) (reference nan (0x7fc00000), now nan (0x7fc00001))")
+    assert (difference.differing, difference.max_abs) == (1, 0.0)
+
+
+def test_negative_nan_against_nan_is_a_bits_only_change() -> None:
+    difference = only(compare(float32_with_bits(0x7FC00000), float32_with_bits(0xFFC00000)))
+    assert "in bits only" in difference.detail
+    assert "(reference nan (0x7fc00000), now nan (0xffc00000))" in difference.detail
+
+
+def test_sign_of_zero_change_shows_both_bits() -> None:
+    difference = only(compare(torch.tensor([1.0, 0.0]), torch.tensor([1.0, -0.0])))
+    assert difference.detail == (
+        "float32[2]: 1 of 2 elements differ in bits only (NaN payload or sign of zero); "
+        "first at (1,) (reference 0.0 (0x00000000), now -0.0 (0x80000000))")
+
+
+@pytest.mark.parametrize(("dtype", "nan_bits", "minus_zero_bits"), [
+    (torch.float16, "0x7e00", "0x8000"),
+    (torch.bfloat16, "0x7fc0", "0x8000"),
+    (torch.float32, "0x7fc00000", "0x80000000"),
+    (torch.float64, "0x7ff8000000000000", "0x8000000000000000"),
+])
+def test_bits_are_shown_as_wide_as_the_dtype(dtype: torch.dtype, nan_bits: str,
+                                             minus_zero_bits: str) -> None:
+    detail = only(compare(torch.tensor([float("nan"), 0.0], dtype=dtype),
+                          torch.tensor([1.0, -0.0], dtype=dtype))).detail
+    assert f"max |diff| inf at (0,) (reference nan ({nan_bits}), now 1.0 (" in detail
+    detail = only(compare(torch.tensor([0.0], dtype=dtype),
+                          torch.tensor([-0.0], dtype=dtype))).detail
+    assert f"now -0.0 ({minus_zero_bits}))" in detail
+
+
+def test_a_value_change_outranks_nan_payload_and_zero_sign_changes() -> None:
+    reference = float32_with_bits(0x7FC00000, 0x00000000, 0x3F800000)
+    actual = float32_with_bits(0x7FC00001, 0x80000000, 0x40000000)
+    difference = only(compare(reference, actual))
+    assert difference.detail == ("float32[3]: 3 of 3 elements differ; max |diff| 1 at (2,) "
+                                 "(reference 1.0, now 2.0)")
+
+
+def test_nan_appearing_reports_an_infinite_difference_with_bits() -> None:
+    difference = only(compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan")])))
+    assert difference.detail.endswith(
+        "max |diff| inf at (1,) (reference 2.0 (0x40000000), now nan (0x7fc00000))")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_integer_and_bool_values_are_shown_without_bits(dtype: torch.dtype) -> None:
+    detail = only(compare(torch.tensor([0, 1], dtype=dtype),
+                          torch.tensor([0, 0], dtype=dtype))).detail
+    assert detail.endswith(f"at (1,) (reference {True if dtype == torch.bool else 1!r}, now "
+                           f"{False if dtype == torch.bool else 0!r})")
+    assert "0x" not in detail
+
+
+def test_large_int64_change_is_sized_exactly() -> None:
+    difference = only(compare(torch.tensor([2**62 + 1]), torch.tensor([2**62])))
+    assert difference.max_abs == 1.0
+    assert "max |diff| 1 at (0,)" in difference.detail
+
+
+def assert_chunking_changes_nothing(reference: torch.Tensor, actual: torch.Tensor) -> Difference:
+    """Every chunk size gives the result of comparing all elements at once."""
+    whole = compare_tensors(reference, actual, chunk=reference.numel() + 1)
+    assert whole is not None
+    for chunk in (1, 2, 3, 5, 7, 16):
+        assert compare_tensors(reference, actual, chunk=chunk) == whole, chunk
+    return whole
+
+
+def test_difference_in_the_last_chunk_is_found_with_its_index() -> None:
+    reference = torch.arange(20.0).reshape(4, 5)
+    actual = reference.clone()
+    actual[3, 4] = -1.0
+    whole = assert_chunking_changes_nothing(reference, actual)
+    assert whole.detail.endswith("max |diff| 20 at (3, 4) (reference 19.0, now -1.0)")
+    assert compare_tensors(reference, actual, chunk=3) == whole
+
+
+def test_largest_change_in_a_later_chunk_beats_earlier_ones_and_ties_keep_the_first() -> None:
+    reference = torch.zeros(3, 7)
+    actual = reference.clone()
+    actual[0, 1], actual[1, 2], actual[2, 0], actual[2, 6] = 1.0, -4.0, 2.0, 4.0
+    whole = assert_chunking_changes_nothing(reference, actual)
+    assert (whole.differing, whole.max_abs) == (4, 4.0)
+    assert "at (1, 2) (reference 0.0, now -4.0)" in whole.detail
+
+
+def test_chunks_with_inf_nan_and_nan_payloads_agree() -> None:
+    reference = float32_with_bits(0x7FC00000, 0x3F800000, 0x7F800000, 0, 0x7FC00000, 0x40000000)
+    actual = float32_with_bits(0x7FC00002, 0x3F800000, 0xFF800000, 0, 0x3F800000,
+                               0x40000001)
+    whole = assert_chunking_changes_nothing(reference.reshape(2, 3), actual.reshape(2, 3))
+    assert whole.differing == 4
+    assert "max |diff| inf at (0, 2) (reference inf, now -inf)" in whole.detail
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int64, torch.bool, torch.float16])
+def test_chunks_of_integer_bool_and_half_tensors_agree(dtype: torch.dtype) -> None:
+    reference = torch.tensor([[0, 1, 0, 1, 1], [1, 0, 0, 1, 0]], dtype=dtype)
+    actual = reference.clone()
+    actual[1, 1] = 1
+    actual[0, 4] = 0
+    whole = assert_chunking_changes_nothing(reference, actual)
+    assert (whole.differing, whole.max_abs) == (2, 1.0)
+    assert "at (0, 4)" in whole.detail
+
+
+def test_zero_dimensional_tensor_with_a_small_chunk() -> None:
+    whole = assert_chunking_changes_nothing(torch.tensor(1.0), torch.tensor(2.5))
+    assert whole.detail.endswith("max |diff| 1.5 at () (reference 1.0, now 2.5)")
+    assert compare_tensors(torch.tensor(1.0), torch.tensor(1.0), chunk=1) is None
+
+
+@pytest.mark.parametrize("view", ["transposed", "strided", "expanded", "rows-bigger-than-chunk"])
+def test_non_contiguous_inputs_are_compared_in_logical_order(view: str) -> None:
+    base = torch.arange(48.0).reshape(4, 12)
+    if view == "transposed":
+        actual = base.t().contiguous().t()
+    elif view == "strided":
+        wide = torch.full((4, 24), -1.0)
+        wide[:, ::2] = base
+        actual = wide[:, ::2]
+    elif view == "expanded":
+        base = torch.arange(12.0).expand(4, 12)
+        actual = torch.arange(12.0).reshape(1, 12).expand(4, 12)
+    else:
+        base = torch.arange(48.0).reshape(2, 2, 12)
+        actual = base.permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    assert not actual.is_contiguous()
+    assert actual.equal(base)
+    for chunk in (1, 5, 7, 100):
+        assert compare_tensors(base, actual, chunk=chunk) is None
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(base.numel() - 7), base.shape))
+    changed = actual.clone()
+    changed[index] += 100.0
+    whole = assert_chunking_changes_nothing(base, changed)
+    assert f"max |diff| 100 at {index} " in whole.detail
+    assert compare_tensors(actual, changed, chunk=5) == whole
+
+
+def test_all_elements_differing_in_many_chunks_are_all_counted() -> None:
+    reference = torch.zeros(10, 10, dtype=torch.float64)
+    actual = torch.arange(1.0, 101.0, dtype=torch.float64).reshape(10, 10)
+    whole = assert_chunking_changes_nothing(reference, actual)
+    assert (whole.differing, whole.max_abs) == (100, 100.0)
+    assert "at (9, 9)" in whole.detail
+
+
+@pytest.mark.parametrize("shape", [(), (0, 3), (10,), (3, 5), (2, 3, 7), (4, 1, 1, 6)])
+@pytest.mark.parametrize("chunk", [1, 4, 6, 50])
+def test_pieces_are_bounded_in_order_and_views_of_contiguous_input(
+        shape: tuple[int, ...], chunk: int) -> None:
+    tensor = torch.arange(float(math.prod(shape))).reshape(shape)
+    pieces = list(_pieces(tensor, chunk))
+    assert all(p.dim() == 1 and p.is_contiguous() and p.numel() <= chunk for p in pieces)
+    assert torch.cat([*pieces, torch.empty(0)]).equal(tensor.reshape(-1))
+    storage = tensor.untyped_storage().data_ptr()
+    assert all(p.untyped_storage().data_ptr() == storage for p in pieces)
+    transposed = list(_pieces(tensor.mT.contiguous().mT if tensor.dim() > 1 else tensor, chunk))
+    assert [p.numel() for p in transposed] == [p.numel() for p in pieces]

@@ -13,11 +13,11 @@ import pytest
 import torch
 from safetensors.torch import save
 
+from crafted_files import CRAFTED, craft, entry
 from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from regression.files import (
     dump_verified,
     load_verified,
-    os_failure,
     read_checked,
     verify_safetensors,
     write_atomic,
@@ -154,14 +154,6 @@ def test_a_failed_write_says_why_in_words_and_names_file_and_folder(
     assert list(tmp_path.iterdir()) == []  # no temporary file, nothing that reads as written
 
 
-def test_os_failure_reads_the_errno_a_library_gives_only_as_text() -> None:
-    failure = os_failure(RuntimeError("I/O error: No space left on device (os error 28)"))
-    assert failure is not None and failure.errno == errno.ENOSPC
-    error = OSError(errno.EROFS, "Read-only file system")
-    assert os_failure(error) is error
-    assert os_failure(ValueError("unsupported dtype F8 (at 28)")) is None
-
-
 def safetensors_bytes() -> bytes:
     return save({"t0": torch.arange(6.0).reshape(2, 3), "t1": torch.tensor([1], dtype=torch.int8)})
 
@@ -200,3 +192,29 @@ def test_write_atomic_file_mode_follows_the_umask(tmp_path: Path, umask: int, mo
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "file.bin").stat().st_mode) == mode
+
+
+@pytest.mark.parametrize("name", [n for n in CRAFTED if n not in ("valid", "bool-byte-2")])
+def test_verify_safetensors_refuses_crafted_layouts(tmp_path: Path, name: str) -> None:
+    data = CRAFTED[name]
+    (tmp_path / "t.safetensors").write_bytes(data)
+    with pytest.raises(StoreError, match="not a valid safetensors file"):
+        verify_safetensors(tmp_path / "t.safetensors", digest(data))
+
+
+def test_verify_safetensors_accepts_the_crafted_valid_file(tmp_path: Path) -> None:
+    (tmp_path / "t.safetensors").write_bytes(CRAFTED["valid"])
+    verify_safetensors(tmp_path / "t.safetensors", digest(CRAFTED["valid"]))
+
+
+def test_verify_safetensors_checks_the_hash_of_every_byte_past_the_header(
+        tmp_path: Path) -> None:
+    data = craft({"a": entry("U8", [3 << 20], 0, 3 << 20)}, bytes(3 << 20))
+    (tmp_path / "t.safetensors").write_bytes(data[:-1] + b"\x01")
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        verify_safetensors(tmp_path / "t.safetensors", digest(data))
+
+
+def test_read_checked_of_a_folder_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot be read"):
+        read_checked(tmp_path, digest(b""))

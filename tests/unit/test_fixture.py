@@ -223,3 +223,39 @@ def test_randint_takes_an_int_size() -> None:
 
     drawn = Regression("t.py::x", current(), RecordSink()).randint(0, 10, 5)
     assert drawn.shape == (5,) and drawn.dtype == torch.int64
+
+
+class LookingSink:
+    """Sees each value only during take(), as CheckSink does."""
+
+    keeps_values = False
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+
+    def take(self, name: str, value: object) -> None:
+        self.seen.append(value)
+
+
+def test_a_sink_that_only_looks_gets_detached_views_not_copies() -> None:
+    output = torch.arange(6.0, requires_grad=True).reshape(2, 3).t()
+    sink = LookingSink()
+    Regression(NODEID, current(), sink).check({"x": output})
+    seen = sink.seen[0]
+    assert isinstance(seen, dict)
+    assert seen["x"].data_ptr() == output.data_ptr() and seen["x"].stride() == output.stride()
+    assert not seen["x"].requires_grad
+
+
+def test_check_sink_keeps_no_value_and_compares_non_contiguous_outputs() -> None:
+    assert CheckSink.keeps_values is False and RecordSink.keeps_values is True
+    case, sink = check_case()
+    case.check(torch.tensor([[1.0, 3.0], [2.0, 4.0]]).t(), name="logits")
+    assert sink.differences == []
+
+
+def test_check_mode_still_refuses_an_unstorable_value() -> None:
+    case, sink = check_case()
+    with pytest.raises(StoreError, match=r"at \[1\]"):
+        case.check([1, {1, 2}], name="logits")
+    assert sink.checked == []

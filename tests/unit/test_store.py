@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from crafted_files import CRAFTED, craft, entry
 from regression.compare import compare
 from regression.errors import StoreError
 from regression.fingerprint import digest
@@ -226,3 +227,101 @@ def test_meta_tensor_and_tensor_dict_key_are_store_errors() -> None:
         round_trip({"x": torch.empty(2, device="meta")})
     with pytest.raises(StoreError, match="dict key"):
         round_trip({torch.ones(1): 1})
+
+
+ALL_DTYPES = [*DTYPES, torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn,
+              torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
+
+
+def various(dtype: torch.dtype) -> torch.Tensor:
+    """Seeded bytes of every value, seen as `dtype` (bool: 0 and 1 only)."""
+    generator = torch.Generator().manual_seed(1)
+    raw = torch.randint(0, 256, (32,), dtype=torch.uint8, generator=generator)
+    if dtype == torch.bool:
+        return (raw % 2).to(torch.bool).reshape(2, 16)
+    return raw.view(dtype).reshape(2, -1)
+
+
+def same_bits(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> bool:
+    return first.keys() == second.keys() and all(
+        first[k].dtype == second[k].dtype and first[k].shape == second[k].shape
+        and first[k].reshape(-1).view(torch.uint8).equal(second[k].reshape(-1).view(torch.uint8))
+        for k in first)
+
+
+def mixed() -> dict[str, torch.Tensor]:
+    tensors = {f"t{i}": various(dtype) for i, dtype in enumerate(ALL_DTYPES)}
+    tensors.update(empty=torch.empty(3, 0), scalar=torch.tensor(2.5, dtype=torch.float64),
+                   odd=torch.ones(3, dtype=torch.int8))
+    return tensors
+
+
+def test_files_written_here_are_read_alike_by_the_safetensors_library(tmp_path: Path) -> None:
+    from safetensors.torch import load, load_file
+
+    tensors = mixed()
+    name, _ = save_tensors(tmp_path, "x", tensors)
+    assert same_bits(load_file(tmp_path / name), tensors)
+    assert same_bits(load((tmp_path / name).read_bytes()), tensors)
+
+
+def test_files_written_by_the_safetensors_library_are_read_alike(tmp_path: Path) -> None:
+    from safetensors.torch import save
+
+    tensors = mixed()
+    data = save(tensors)
+    (tmp_path / "x.safetensors").write_bytes(data)
+    assert same_bits(tensors_from_file(tmp_path / "x.safetensors", digest(data)), tensors)
+
+
+def test_read_tensors_are_views_of_one_buffer_in_file_order(tmp_path: Path) -> None:
+    name, content_digest = save_tensors(tmp_path, "x", {"a": torch.ones(4, dtype=torch.float64),
+                                                        "b": torch.arange(3.0)})
+    tensors = tensors_from_file(tmp_path / name, content_digest)
+    first, second = tensors["a"], tensors["b"]
+    assert second.data_ptr() - first.data_ptr() == 4 * 8  # widest first, back to back
+    assert first.data_ptr() % 8 == 0 and second.data_ptr() % 4 == 0
+    del tensors
+    second.add_(1)  # writable, and alive without the dict
+    assert second.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_dtype_safetensors_cannot_name_is_refused_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"'t0' is torch.float8_e8m0fnu, which safetensors has "
+                                         r"no name for"):
+        save_tensors(tmp_path, "e", {"t0": torch.zeros(2, dtype=torch.float8_e8m0fnu)})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_encoder_without_copy_keeps_views_and_still_refuses_bad_values() -> None:
+    base = torch.arange(6.0, requires_grad=True)
+    encoder = Encoder(prefix="v", copy=False)
+    encoder.encode([base[::2]])
+    view = encoder.tensors["v0"]
+    assert not view.requires_grad
+    assert view.data_ptr() == base.data_ptr() and view.stride() == (2,)
+    with pytest.raises(StoreError, match="sparse"):
+        Encoder(prefix="v", copy=False).encode(torch.eye(2).to_sparse())
+
+
+@pytest.mark.parametrize("name", [n for n in CRAFTED if n != "valid"])
+def test_crafted_files_with_matching_hash_are_refused(tmp_path: Path, name: str) -> None:
+    data = CRAFTED[name]
+    (tmp_path / "x.safetensors").write_bytes(data)
+    with pytest.raises(StoreError, match="is not a valid safetensors file"):
+        tensors_from_file(tmp_path / "x.safetensors", digest(data))
+
+
+def test_crafted_valid_file_is_read(tmp_path: Path) -> None:
+    data = CRAFTED["valid"]
+    (tmp_path / "x.safetensors").write_bytes(data)
+    assert tensors_from_file(tmp_path / "x.safetensors", digest(data))["a"].tolist() == [0.0, 0.0]
+
+
+def test_misaligned_tensor_of_a_foreign_file_is_read_correctly(tmp_path: Path) -> None:
+    values = torch.tensor([1.5, -2.0])
+    data = craft({"a": entry("U8", [1], 0, 1), "b": entry("F32", [2], 1, 9)},
+                 bytes([7]) + values.view(torch.uint8).numpy().tobytes())
+    (tmp_path / "x.safetensors").write_bytes(data)
+    tensors = tensors_from_file(tmp_path / "x.safetensors", digest(data))
+    assert tensors["b"].tolist() == [1.5, -2.0] and tensors["b"].data_ptr() % 4 == 0
