@@ -70,3 +70,21 @@ def test_harmless_addition_passes(zoo: Repo, zoo_init: Path) -> None:
     done = zoo.invoke("test")
     assert done.returncode == 0, output(done)
     assert "every case is bit-identical" in done.stdout
+
+
+def test_two_workers_record_every_case_and_report_each_once(zoo: Repo, zoo_init: Path,
+                                                            tmp_path: Path) -> None:
+    fresh = Repo(zoo.path, tmp_path / "cache")  # an empty cache: the workers record it all
+    gen = fresh.invoke("gen", "--workers", "2")
+    assert gen.returncode == 0, output(gen)
+    assert "recorded 26 cases, reused 0" in gen.stdout
+    assert "nothing generated" in fresh.invoke("gen").stdout  # every case was stored
+    done = fresh.invoke("test", "--workers", "2")
+    text = output(done)
+    assert done.returncode == 0, text
+    assert text.count("26 cases: 26 identical, 0 changed") == 1
+    zoo_init.write_text(zoo_init.read_text() + LINEAR_PATCH)
+    changed = fresh.invoke("test", "--workers", "2")
+    text = output(changed)
+    assert changed.returncode == 1, text
+    assert text.count("CHANGED tests/regression/test_zoo.py::test_forward[mlp-tiny]") == 1
