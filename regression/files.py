@@ -107,6 +107,9 @@ def load_verified(path: Path) -> dict[str, Any]:
         body = json.loads(content)
     except ValueError as exc:
         raise StoreError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise StoreError(f"{path} is not a record this tool wrote: its JSON nests too deeply "
+                         "to read") from None
     if not isinstance(body, dict):
         raise StoreError(f"{path} does not hold a JSON object")
     return body
@@ -129,12 +132,14 @@ def _read(path: Path) -> bytes:
         raise StoreError(f"{path} cannot be read: {exc}") from None
 
 
-def verify_safetensors(path: Path, expected_digest: str) -> None:
-    """Check a safetensors file's hash and structure without torch and without unpickling."""
+def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
+    """The tensor names in a safetensors file, after checking its hash and structure
+    without torch and without unpickling."""
     from safetensors import SafetensorError, deserialize
 
     data = read_checked(path, expected_digest)
     try:
-        deserialize(data)  # type: ignore[no-untyped-call]
+        tensors = deserialize(data)  # type: ignore[no-untyped-call]
     except (SafetensorError, ValueError) as exc:
         raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
+    return {str(name) for name, _ in tensors}

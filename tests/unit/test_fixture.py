@@ -141,6 +141,17 @@ def test_check_refuses_an_unstorable_value() -> None:
     assert sink.outputs == []
 
 
+def test_check_of_a_value_nested_thousands_deep_is_a_store_error_naming_the_limit() -> None:
+    case, sink = make()
+    value: object = torch.ones(1)
+    for _ in range(5000):
+        value = {"x": value}
+    with pytest.raises(StoreError, match=r"at \['x'\]\['x'\]\['x'\]\['x'\]\.\.\.\['x'\]\['x'\] "
+                                         r"\(101 levels\): it is nested more than 100 levels"):
+        case.check(value, name="deep")
+    assert sink.outputs == []
+
+
 def test_snapshot_detaches_and_copies() -> None:
     original = torch.ones(2, requires_grad=True)
     copy = snapshot(original)
