@@ -17,6 +17,7 @@ from filelock import FileLock
 from .errors import CacheError, CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from .fingerprint import FORMAT_VERSION, differing_parts, key_of
 from .files import dump_verified, load_verified, verify_safetensors, write_atomic, write_error
+from .nodes import tensor_names
 
 RECORDED = "recorded"
 ABSENT = "absent"
@@ -298,8 +299,9 @@ class Entry:
         write_atomic(self.cases / f"{cid}.json", dump_verified(body))
         return tensor_file
 
-    def _load_body(self, nodeid: str) -> dict[str, Any] | None:
-        """A case's record, its shape checked; None when absent, StoreError when untrusted."""
+    def _load_body(self, nodeid: str) -> tuple[dict[str, Any], set[str]] | None:
+        """A case's record, checked to decode fully, and the tensor names its values use;
+        None when absent, StoreError when untrusted."""
         path = self.case_path(nodeid)
         if not path.exists():
             return None
@@ -309,29 +311,48 @@ class Entry:
         problem = _shape_problem(body)
         if problem:
             raise StoreError(f"{path} is malformed: {problem}")
-        return body
+        names: set[str] = set()
+        for output in body["outputs"]:
+            try:
+                names.update(tensor_names(output["value"]))
+            except StoreError as exc:
+                raise StoreError(f"{path} is malformed: output {output['name']!r} {exc}") from None
+        return body, names
+
+    def _require_tensors(self, nodeid: str, wanted: set[str], stored: set[str]) -> None:
+        """Raise unless the tensor file holds every tensor the record names."""
+        missing = sorted(wanted - stored)
+        if missing:
+            raise StoreError(f"{self.case_path(nodeid)} is malformed: it names tensors its "
+                             f"tensor file lacks: {', '.join(missing[:5])}")
 
     def valid_harness(self, nodeid: str) -> str | None:
-        """The harness digest of a stored case whose files all verify; None when absent."""
-        body = self._load_body(nodeid)
-        if body is None:
+        """The harness digest of a stored case that load_case would read; None when absent."""
+        loaded = self._load_body(nodeid)
+        if loaded is None:
             return None
+        body, wanted = loaded
+        stored: set[str] = set()
         if body["tensors"]:
-            verify_safetensors(self.cases / body["tensors"]["file"], body["tensors"]["digest"])
+            stored = verify_safetensors(self.cases / body["tensors"]["file"],
+                                        body["tensors"]["digest"])
+        self._require_tensors(nodeid, wanted, stored)
         return str(body["harness"])
 
     def load_case(self, nodeid: str) -> CaseRecord | None:
         """The stored case, None when there is none; StoreError when it cannot be trusted."""
         from .store import decode, tensors_from_file
 
-        body = self._load_body(nodeid)
-        if body is None:
+        loaded = self._load_body(nodeid)
+        if loaded is None:
             return None
+        body, wanted = loaded
         try:
             tensors = {}
             if body["tensors"]:
                 tensors = tensors_from_file(self.cases / body["tensors"]["file"],
                                             body["tensors"]["digest"])
+            self._require_tensors(nodeid, wanted, set(tensors))
             outputs = tuple(Output(o["name"], decode(o["value"], tensors))
                             for o in body["outputs"])
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
@@ -355,6 +376,8 @@ def _shape_problem(body: dict[str, Any]) -> str:
                                                                                 dict)
             for o in outputs):
         return "outputs must be a list of named values"
+    if len({o["name"] for o in outputs}) != len(outputs):
+        return "two outputs have one name"
     tensors = body.get("tensors")
     if tensors is not None and not (
             isinstance(tensors, dict) and isinstance(tensors.get("digest"), str)

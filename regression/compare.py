@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass, replace
 import math
 from typing import Iterator
@@ -58,17 +60,51 @@ def _compare(reference: object, actual: object, path: tuple[object, ...]) -> Ite
 def _compare_dicts(reference: dict[object, object], actual: dict[object, object],
                    path: tuple[object, ...]) -> Iterator[Difference]:
     label = path_label(path)
-    missing = [k for k in reference if k not in actual]
-    extra = [k for k in actual if k not in reference]
+    ref_keys, new_keys = _keys_by_identity(reference), _keys_by_identity(actual)
+    missing = [k for i, k in ref_keys.items() if i not in new_keys]
+    extra = [k for i, k in new_keys.items() if i not in ref_keys]
     if missing:
-        yield Difference(label, f"keys missing: {', '.join(map(repr, missing))}")
+        yield Difference(label, f"keys missing: {_describe_keys(missing)}")
     if extra:
-        yield Difference(label, f"keys not in reference: {', '.join(map(repr, extra))}")
-    if not missing and not extra and list(reference) != list(actual):
+        yield Difference(label, f"keys not in reference: {_describe_keys(extra)}")
+    if not missing and not extra and list(ref_keys) != list(new_keys):
         yield Difference(label, "same keys in another order")
-    for key in reference:
-        if key in actual:
-            yield from _compare(reference[key], actual[key], (*path, key))
+    for identity, key in ref_keys.items():
+        if identity in new_keys:
+            yield from _compare(reference[key], actual[new_keys[identity]], (*path, key))
+
+
+def _keys_by_identity(value: dict[object, object]) -> dict[object, object]:
+    """The keys of a dict under their identities; equal-bit NaN keys by their rank."""
+    seen: Counter[object] = Counter()
+    keys: dict[object, object] = {}
+    for key in value:
+        identity = _key_identity(key)
+        keys[(identity, seen[identity])] = key
+        seen[identity] += 1
+    return keys
+
+
+def _key_identity(key: object) -> object:
+    """A dict key by type and bits, as values are compared: 1, 1.0 and True are three keys,
+    and so are 0.0 and -0.0."""
+    if isinstance(key, tuple):
+        return ("tuple", tuple(_key_identity(k) for k in key))
+    return (type(key).__qualname__, _scalar_bits(key))
+
+
+def _describe_keys(keys: list[object]) -> str:
+    return ", ".join(f"{_key_text(k)} ({type(k).__name__})" for k in keys)
+
+
+def _key_text(key: object) -> str:
+    """repr of a key, with each NaN's bits, since NaNs differ by payload."""
+    if isinstance(key, tuple):
+        inner = ", ".join(_key_text(k) for k in key)
+        return f"({inner},)" if len(key) == 1 else f"({inner})"
+    if isinstance(key, float) and math.isnan(key):
+        return f"nan[{float_bits(key)}]"
+    return repr(key)
 
 
 def _kind(value: object) -> str:

@@ -95,6 +95,9 @@ def load_verified(path: Path) -> dict[str, Any]:
         body = json.loads(content)
     except ValueError as exc:
         raise StoreError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise StoreError(f"{path} is not a record this tool wrote: its JSON nests too deeply "
+                         "to read") from None
     if not isinstance(body, dict):
         raise StoreError(f"{path} does not hold a JSON object")
     return body
@@ -135,9 +138,10 @@ def _read_buffer(path: Path) -> bytearray:
         raise StoreError(f"{path} cannot be read: {exc}") from None
 
 
-def verify_safetensors(path: Path, expected_digest: str) -> None:
-    """Check a safetensors file's hash and layout in one streaming pass, without torch and
-    without unpickling; memory stays small whatever the file's size."""
+def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
+    """The tensor names of a safetensors file, after checking its hash and layout in one
+    streaming pass, without torch and without unpickling; memory stays small whatever the
+    file's size."""
     try:
         with open(path, "rb") as stream:
             content_digest, header, size = _hash_with_header(stream)
@@ -149,9 +153,10 @@ def verify_safetensors(path: Path, expected_digest: str) -> None:
         raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
     try:
         length = header_length(header, size)
-        parse_header(header[LENGTH_BYTES:LENGTH_BYTES + length], size)
+        slots = parse_header(header[LENGTH_BYTES:LENGTH_BYTES + length], size)
     except ValueError as exc:
         raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
+    return {slot.name for slot in slots}
 
 
 def _hash_with_header(stream: IO[bytes], chunk: int = 1 << 20) -> tuple[str, bytes, int]:

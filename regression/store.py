@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
 import sys
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -14,19 +13,12 @@ import torch
 from .errors import StoreError
 from .files import read_checked, temporary_file
 from .fingerprint import content_hasher
+from .nodes import MAX_DEPTH, deep_label, float_from_bits
+from .nodes import float_bits as float_bits  # compare.py and tests read them from here
+from .nodes import path_label as path_label
 from .tensorfile import LENGTH_BYTES, Slot, build_header, header_length, parse_header
 
 Node = dict[str, Any]
-
-
-def float_bits(value: float) -> str:
-    """A Python float's exact bits (sign and NaN payload included), as hex."""
-    return struct.pack(">d", value).hex()
-
-
-def path_label(path: tuple[object, ...]) -> str:
-    """A readable location inside a nested output, e.g. "[0]['logits']"."""
-    return "".join(f"[{p!r}]" for p in path) or "<value>"
 
 
 class Encoder:
@@ -38,58 +30,105 @@ class Encoder:
         self.tensors: dict[str, torch.Tensor] = {}
 
     def encode(self, value: object, path: tuple[object, ...] = ()) -> Node:
+        """The node of `value`; StoreError for what cannot be stored or nests too deep."""
+        return self._encode(value, path, 0)
+
+    def _encode(self, value: object, path: tuple[object, ...], depth: int) -> Node:
+        _require_depth(path, depth)
         if isinstance(value, torch.Tensor):
             return {"tensor": self._add(value, path)}
-        if value is None:
-            return {"none": True}
-        if isinstance(value, bool):
-            return {"bool": value}
-        if isinstance(value, int):
-            return {"int": str(value)}
-        if isinstance(value, float):
-            return {"float": float_bits(value)}
-        if isinstance(value, str):
-            return {"str": value}
+        scalar = _scalar_node(value, path)
+        if scalar is not None:
+            return scalar
         if isinstance(value, (list, tuple)):
             kind = "list" if isinstance(value, list) else "tuple"
-            return {kind: [self.encode(v, (*path, i)) for i, v in enumerate(value)]}
+            return {kind: [self._encode(v, (*path, i), depth + 1) for i, v in enumerate(value)]}
         if isinstance(value, dict):
-            bad = [k for k in value if not _plain_key(k)]
-            if bad:
-                raise StoreError(f"cannot store the dict key {bad[0]!r} at {path_label(path)}: "
-                                 "keys must be strings, numbers, booleans, None or tuples "
-                                 "of them")
-            return {"dict": [[self.encode(k, path), self.encode(v, (*path, k))]
-                             for k, v in value.items()]}
+            return {"dict": [self._item(k, v, path, depth + 1) for k, v in value.items()]}
         raise StoreError(
             f"cannot store {type(value).__module__}.{type(value).__qualname__} at "
             f"{path_label(path)}: check() takes tensors, numbers, strings, None and "
             "lists, tuples and dicts of them; convert it first (e.g. torch.as_tensor)"
         )
 
+    def _item(self, key: object, value: object, path: tuple[object, ...], depth: int
+              ) -> list[Node]:
+        """A dict item's [key, value] nodes; the value first, so depth errors name its path."""
+        value_node = self._encode(value, (*path, key), depth)
+        return [_key_node(key, key, path, depth), value_node]
+
     def _add(self, tensor: torch.Tensor, path: tuple[object, ...]) -> str:
-        if tensor.is_meta:
-            raise StoreError(f"cannot store a meta tensor at {path_label(path)}: it has no data")
-        if tensor.is_complex():
-            raise StoreError(f"cannot store a complex tensor at {path_label(path)}: safetensors "
-                             "has no complex dtype; check torch.view_as_real(value) instead")
-        if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
-            raise StoreError(f"cannot store a {tensor.layout} tensor at {path_label(path)}; "
-                             "convert it to a dense tensor first (e.g. .to_dense())")
+        problem = _tensor_problem(tensor, path_label(path))
+        if problem:
+            raise StoreError(f"cannot store {problem}")
         name = f"{self.prefix}{len(self.tensors)}"
         self.tensors[name] = (tensor.detach().to("cpu", copy=True).contiguous() if self.copy
                               else tensor.detach())
         return name
 
 
-def _plain_key(key: object) -> bool:
+def _tensor_problem(tensor: torch.Tensor, at: str) -> str:
+    """Why safetensors cannot hold `tensor` and what to check instead ("" when it can)."""
+    if tensor.is_meta:
+        return f"a meta tensor at {at}: it has no data"
+    if tensor.is_complex():
+        return (f"a complex tensor at {at}: safetensors has no complex dtype; check "
+                "torch.view_as_real(value) instead")
+    if tensor.is_quantized:
+        return (f"a quantized tensor ({tensor.dtype}) at {at}: safetensors has no quantized "
+                "dtype; check value.dequantize() (its float values) or value.int_repr() (its "
+                "stored integers) instead")
+    if tensor.is_nested:
+        return (f"a nested tensor at {at}: safetensors stores only dense tensors; check "
+                "value.unbind() (its parts) or torch.nested.to_padded_tensor(value, 0.0) instead")
+    if tensor.layout != torch.strided:
+        return (f"a {tensor.layout} tensor at {at}: safetensors stores only dense tensors; "
+                "check value.to_dense() instead")
+    return ""
+
+
+def _require_depth(path: tuple[object, ...], depth: int, what: str = "the value") -> None:
+    if depth > MAX_DEPTH:
+        raise StoreError(
+            f"cannot store {what} at {deep_label(path)}: it is nested more than {MAX_DEPTH} "
+            "levels deep (lists, tuples and dicts inside each other; a list that contains "
+            "itself never ends); check() a flatter value, e.g. a dict of its parts"
+        )
+
+
+def _scalar_node(value: object, path: tuple[object, ...]) -> Node | None:
+    """The node of None, a bool, int, float or string; None for anything else."""
+    if value is None:
+        return {"none": True}
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        try:
+            return {"int": str(int(value))}
+        except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+            raise StoreError(f"cannot store the int at {path_label(path)}: it has more digits "
+                             "than Python writes in decimal; check hex(value) instead") from None
+    if isinstance(value, float):
+        return {"float": float_bits(value)}
+    if isinstance(value, str):
+        return {"str": str(value)}
+    return None
+
+
+def _key_node(key: object, whole: object, path: tuple[object, ...], depth: int) -> Node:
+    """The node of a dict key (`whole` is the key this one is part of, for the message)."""
+    _require_depth(path, depth, "a dict key")
     if isinstance(key, tuple):
-        return all(_plain_key(k) for k in key)
-    return key is None or isinstance(key, (str, int, float))
+        return {"tuple": [_key_node(k, whole, path, depth + 1) for k in key]}
+    scalar = _scalar_node(key, path)
+    if scalar is None:
+        raise StoreError(f"cannot store the dict key {whole!r} at {path_label(path)}: keys must "
+                         "be strings, numbers, booleans, None or tuples of them")
+    return scalar
 
 
 def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
-    """The value a structure made by Encoder stands for."""
+    """The value a structure made by Encoder, or checked by nodes.tensor_names, stands for."""
     (kind, content), = node.items()
     if kind == "tensor":
         return tensors[content]
@@ -100,7 +139,7 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
     if kind == "int":
         return int(content)
     if kind == "float":
-        return struct.unpack(">d", bytes.fromhex(content))[0]
+        return float_from_bits(content)
     if kind == "list":
         return [decode(n, tensors) for n in content]
     if kind == "tuple":

@@ -127,6 +127,43 @@ def test_foreign_entry_is_discarded_and_rerecorded(repo: Repo) -> None:
     assert "discarding the cache entry" in done.stdout
 
 
+@pytest.mark.parametrize("value", [{"list": [{"set": []}]}, {"tensor": "t7"}],
+                         ids=["unknown kind", "tensor not in file"])
+def test_record_with_a_malformed_node_and_a_valid_hash_is_rerecorded_by_gen(
+        repo: Repo, value: dict[str, object]) -> None:
+    case = _case_json(repo)
+    body = load_verified(case)
+    body["outputs"][0]["value"] = value
+    case.write_bytes(dump_verified(body))  # the hash matches: only decoding shows the damage
+    stopped = repo.invoke("test", "--no-gen")
+    assert stopped.returncode == 2, output(stopped)
+    assert f"{case.name} is malformed" in stopped.stderr and "invoke gen" in stopped.stderr
+    done = repo.invoke("gen")
+    assert done.returncode == 0, output(done)
+    assert "warning: re-recording tests/test_subj.py::test_forward" in done.stdout
+    assert f"{case.name} is malformed" in done.stdout
+    assert "all 1 cases reused" not in done.stdout
+    tested = repo.invoke("test", "--no-gen")
+    assert tested.returncode == 0, output(tested)
+    assert "1 identical, 0 changed" in tested.stdout
+
+
+def test_records_are_checked_without_importing_torch(repo: Repo) -> None:
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from regression.cache import Entry\n"
+        "from regression.files import load_verified\n"
+        "entry = Entry.from_directory(Path(sys.argv[1]))\n"
+        "nodeid = load_verified(entry.stored_cases()[0])['nodeid']\n"
+        "assert entry.valid_harness(nodeid) and entry.faults() == []\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(_entry(repo))], text=True,
+                          capture_output=True, check=False, timeout=120)
+    assert done.returncode == 0, output(done)
+
+
 class Payload:
     """Pickled, it would create a file: proof of code execution."""
 

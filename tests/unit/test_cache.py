@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pickle
 import stat
@@ -27,6 +28,7 @@ from regression.compare import compare
 from regression.errors import CacheError, NoSpaceError, ReadOnlyError, StoreError
 from regression.files import dump_verified, load_verified, write_atomic
 from regression.fingerprint import digest
+from regression.nodes import MAX_DEPTH
 
 PARTS = {"format": "1", "reference": "abc123", "torch": "2.x", "threads": "1"}
 NODEID = "tests/test_model.py::test_forward[small]"
@@ -440,6 +442,99 @@ def test_record_with_valid_hash_but_bad_shape_is_never_trusted(
         with pytest.raises(StoreError, match=problem):
             read("t.py::x")
     assert any(problem in fault for fault in entry.faults())
+
+
+# a record is valid only if it decodes fully: gen (valid_harness) and test (load_case) agree
+
+
+def nested_node(levels: int) -> dict[str, object]:
+    node: dict[str, object] = {"int": "1"}
+    for _ in range(levels):
+        node = {"list": [node]}
+    return node
+
+
+def one_output(value: dict[str, object]) -> list[dict[str, object]]:
+    return [{"name": "out", "value": value}]
+
+
+MALFORMED_VALUES: dict[str, tuple[object, str]] = {
+    "unknown kind": ({"list": [{"set": []}]}, r"at \[0\]: unknown node kind 'set'"),
+    "two items": ({"int": "1", "str": "x"}, "exactly one item"),
+    "not an object": ({"list": [3]}, r"at \[0\]: a node must be a JSON object"),
+    "int with underscore": ({"int": "1_0"}, "ill-formed int node holding '1_0'"),
+    "int with sign": ({"int": "+1"}, "ill-formed int node holding '\\+1'"),
+    "float not hex": ({"float": "zz"}, "ill-formed float node holding 'zz'"),
+    "float too short": ({"float": "00"}, "ill-formed float node holding '00'"),
+    "bool not bool": ({"bool": 1}, "ill-formed bool node holding 1"),
+    "none not true": ({"none": False}, "ill-formed none node holding False"),
+    "str not str": ({"str": None}, "ill-formed str node holding None"),
+    "list not list": ({"list": {"int": "1"}}, "a list node must hold a list"),
+    "tensor not named": ({"tensor": 0}, "a tensor node must hold a tensor name"),
+    "dict not pairs": ({"dict": [[{"str": "a"}]]}, r"\[key, value\] pairs"),
+    "list as key": ({"dict": [[{"list": []}, {"none": True}]]}, "not a 'list' node"),
+    "tensor as key": ({"dict": [[{"tensor": "t0"}, {"none": True}]]}, "not a 'tensor' node"),
+    "one key twice": ({"dict": [[{"int": "1"}, {"none": True}], [{"bool": True}, {"none": True}]]},
+                      "holds one key twice"),
+    "too deep": (nested_node(MAX_DEPTH + 1), f"nested more than {MAX_DEPTH} levels deep"),
+    "tensor not in file": ({"tensor": "t99"}, "names tensors its tensor file lacks: t99"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED_VALUES))
+def test_record_with_a_malformed_value_and_a_valid_hash_is_never_trusted(
+        entry: Entry, kind: str) -> None:
+    entry.save_case(recorded_case())
+    value, problem = MALFORMED_VALUES[kind]
+    rewrite_case(entry, outputs=one_output(value))  # dump_verified computes the hash again
+    for read in (entry.valid_harness, entry.load_case):
+        with pytest.raises(StoreError, match=f"is malformed: .*{problem}"):
+            read(NODEID)
+    (fault,) = entry.faults()
+    assert "is malformed" in fault
+
+
+def test_record_naming_a_tensor_without_a_tensor_file_is_never_trusted(entry: Entry) -> None:
+    entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("out", 1),)))
+    rewrite_case(entry, outputs=one_output({"tensor": "t0"}))
+    for read in (entry.valid_harness, entry.load_case):
+        with pytest.raises(StoreError, match="names tensors its tensor file lacks: t0"):
+            read(NODEID)
+
+
+def test_record_with_two_outputs_of_one_name_is_never_trusted(entry: Entry) -> None:
+    entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("a", 1), Output("b", 2))))
+    rewrite_case(entry, outputs=one_output({"int": "1"}) * 2)
+    for read in (entry.valid_harness, entry.load_case):
+        with pytest.raises(StoreError, match="two outputs have one name"):
+            read(NODEID)
+
+
+@pytest.mark.parametrize("levels", [400, 100_000])
+def test_record_of_deeply_nested_json_is_never_trusted_and_never_a_recursion_error(
+        entry: Entry, levels: int) -> None:
+    entry.save_case(recorded_case())
+    path = entry.case_path(NODEID)
+    content = load_verified(path)
+    content["outputs"] = one_output({"int": "1"})
+    text = json.dumps(content).replace('{"int": "1"}', '{"list": [' * levels + '{"int": "1"}'
+                                       + "]}" * levels)
+    path.write_bytes(b"torch-regression " + digest(text.encode()).encode() + b"\n"
+                     + text.encode())
+    for read in (entry.valid_harness, entry.load_case):
+        with pytest.raises(StoreError, match="nested more than|nests too deeply"):
+            read(NODEID)
+
+
+def test_value_nested_to_the_depth_limit_is_stored_trusted_and_read_back(entry: Entry) -> None:
+    value: object = {"leaf": torch.ones(2)}
+    for level in range(MAX_DEPTH - 1):
+        value = {(level, 0.5): value} if level % 2 else [value]
+    entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("deep", value),)))
+    assert entry.valid_harness(NODEID) == "h"
+    record = entry.load_case(NODEID)
+    assert record is not None
+    assert compare(value, record.outputs[0].value) == []
 
 
 # the cache folder: made here, or somebody else's

@@ -184,11 +184,54 @@ def test_nested_difference_names_its_path() -> None:
 
 def test_missing_and_extra_keys_are_reported() -> None:
     differences = compare({"a": 1, "b": 2}, {"a": 1, "c": 2})
-    assert [d.detail for d in differences] == ["keys missing: 'b'", "keys not in reference: 'c'"]
+    assert [d.detail for d in differences] == ["keys missing: 'b' (str)",
+                                               "keys not in reference: 'c' (str)"]
 
 
 def test_key_order_is_a_difference() -> None:
     assert only(compare({"a": 1, "b": 2}, {"b": 2, "a": 1})).detail == "same keys in another order"
+
+
+@pytest.mark.parametrize(
+    ("reference_key", "actual_key", "missing", "extra"),
+    [
+        (1, 1.0, "1 (int)", "1.0 (float)"),
+        (1, True, "1 (int)", "True (bool)"),
+        (0, False, "0 (int)", "False (bool)"),
+        (0.0, -0.0, "0.0 (float)", "-0.0 (float)"),
+        ((1, 2), (1, 2.0), "(1, 2) (tuple)", "(1, 2.0) (tuple)"),
+        (((0.0,), "a"), ((-0.0,), "a"), "((0.0,), 'a') (tuple)", "((-0.0,), 'a') (tuple)"),
+        (nan_with_payload(1), nan_with_payload(2), "nan[7ff8000000000001] (float)",
+         "nan[7ff8000000000002] (float)"),
+    ],
+    ids=["int-float", "int-bool", "zero-false", "minus-zero", "tuple", "nested-tuple", "nan"],
+)
+def test_keys_equal_in_python_but_of_other_type_or_bits_differ(
+        reference_key: object, actual_key: object, missing: str, extra: str) -> None:
+    t = torch.ones(2)
+    differences = compare({reference_key: t, "z": 0}, {actual_key: t.clone(), "z": 0})
+    assert [d.detail for d in differences] == [f"keys missing: {missing}",
+                                               f"keys not in reference: {extra}"]
+
+
+def test_nan_key_with_the_same_bits_is_the_same_key() -> None:
+    reference = {nan_with_payload(3): torch.ones(1), float("nan"): 2}
+    actual = {nan_with_payload(3): torch.ones(1), float("nan"): 2}  # other objects, same bits
+    assert compare(reference, actual) == []
+
+
+def test_values_under_equal_bit_nan_keys_are_compared_in_order() -> None:
+    reference = {float("nan"): 1, float("nan"): 2}
+    assert compare(reference, {float("nan"): 1, float("nan"): 2}) == []
+    assert str(only(compare(reference, {float("nan"): 1, float("nan"): 3}))) == \
+        "[nan]: 3, reference 2"
+
+
+def test_key_order_is_judged_by_type_and_bits() -> None:
+    detail = only(compare({1: "a", 1.5: "b"}, {1.5: "b", 1: "a"})).detail
+    assert detail == "same keys in another order"
+    assert [d.detail for d in compare({1: "a", 2: "b"}, {2: "b", 1.0: "a"})] == [
+        "keys missing: 1 (int)", "keys not in reference: 1.0 (float)"]
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,15 @@ def test_verified_file_with_matching_hash_but_bad_content_is_refused(
         load_verified(tmp_path / "case.json")
 
 
+def test_verified_file_nested_too_deeply_for_json_is_a_store_error(tmp_path: Path) -> None:
+    content = b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    (tmp_path / "deep.json").write_bytes(b"torch-regression " + digest(content).encode() + b"\n"
+                                         + content)
+    with pytest.raises(StoreError, match="deep.json is not a record this tool wrote: its JSON "
+                                         "nests too deeply"):
+        load_verified(tmp_path / "deep.json")
+
+
 def test_missing_verified_file_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="is missing"):
         load_verified(tmp_path / "absent.json")
@@ -161,7 +170,7 @@ def safetensors_bytes() -> bytes:
 def test_verify_safetensors_accepts_a_real_file(tmp_path: Path) -> None:
     data = safetensors_bytes()
     (tmp_path / "t.safetensors").write_bytes(data)
-    verify_safetensors(tmp_path / "t.safetensors", digest(data))
+    assert verify_safetensors(tmp_path / "t.safetensors", digest(data)) == {"t0", "t1"}
 
 
 def test_verify_safetensors_refuses_a_wrong_digest(tmp_path: Path) -> None:

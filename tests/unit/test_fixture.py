@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
-from regression.cache import ABSENT, CaseRecord, Output
+from regression.cache import ABSENT, CaseRecord, Entry, Output
 from regression.compare import compare
 from regression.config import Determinism
 from regression.errors import DeterminismError, StoreError
@@ -140,12 +141,59 @@ def test_check_refuses_an_unstorable_value() -> None:
     assert sink.outputs == []
 
 
+def test_check_of_a_value_nested_thousands_deep_is_a_store_error_naming_the_limit() -> None:
+    case, sink = make()
+    value: object = torch.ones(1)
+    for _ in range(5000):
+        value = {"x": value}
+    with pytest.raises(StoreError, match=r"at \['x'\]\['x'\]\['x'\]\['x'\]\.\.\.\['x'\]\['x'\] "
+                                         r"\(101 levels\): it is nested more than 100 levels"):
+        case.check(value, name="deep")
+    assert sink.outputs == []
+
+
 def test_snapshot_detaches_and_copies() -> None:
     original = torch.ones(2, requires_grad=True)
     copy = snapshot(original)
     assert isinstance(copy, torch.Tensor)
     assert not copy.requires_grad
     assert copy.data_ptr() != original.data_ptr()
+
+
+def stored_and_loaded(value: object, tmp_path: Path) -> CaseRecord:
+    """A case recorded with check(value), through the cache's files and back."""
+    case, sink = make()
+    case.check(value, name="out")
+    entry = Entry(tmp_path / "cache", {"part": "1"})
+    entry.create()
+    entry.save_case(CaseRecord(NODEID, "h", outputs=tuple(sink.outputs)))
+    record = entry.load_case(NODEID)
+    assert record is not None
+    return record
+
+
+@pytest.mark.parametrize(("recorded", "checked", "missing", "extra"), [
+    ({1: "t"}, {1.0: "t"}, "1 (int)", "1.0 (float)"),
+    ({1: "t"}, {True: "t"}, "1 (int)", "True (bool)"),
+    ({0.0: "t"}, {-0.0: "t"}, "0.0 (float)", "-0.0 (float)"),
+], ids=["int-float", "int-bool", "minus-zero"])
+def test_stored_dict_keys_keep_their_type_and_bits(
+        tmp_path: Path, recorded: dict[object, str], checked: dict[object, str], missing: str,
+        extra: str) -> None:
+    case, _ = check_case(stored_and_loaded(recorded, tmp_path))
+    with pytest.raises(AssertionError) as info:
+        case.check(checked, name="out")
+    assert f"keys missing: {missing}" in str(info.value)
+    assert f"keys not in reference: {extra}" in str(info.value)
+
+
+def test_stored_nan_and_tuple_keys_match_the_same_keys_checked_again(tmp_path: Path) -> None:
+    def value() -> dict[object, object]:
+        return {float("nan"): torch.ones(2), True: 1, (1, -0.0): 2, 1.5: None}
+
+    case, sink = check_case(stored_and_loaded(value(), tmp_path))
+    case.check(value(), name="out")
+    assert sink.differences == []
 
 
 def reference_record() -> CaseRecord:

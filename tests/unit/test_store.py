@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from crafted_files import CRAFTED, craft, entry
 from regression.compare import compare
 from regression.errors import StoreError
 from regression.fingerprint import digest
+from regression.nodes import MAX_DEPTH, tensor_names
 from regression.store import (
     Encoder,
     decode,
@@ -131,10 +133,93 @@ def test_unsupported_value_names_its_type_and_path(value: object, kind: str) -> 
     assert kind in str(info.value)
 
 
-def test_sparse_tensor_is_refused_with_its_path() -> None:
-    sparse = torch.eye(3).to_sparse()
-    with pytest.raises(StoreError, match=r"sparse.* at \[0\]\['x'\]"):
-        Encoder(prefix="t").encode([{"x": sparse}])
+def quantized() -> torch.Tensor:
+    return torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8)
+
+
+def nested_tensor(layout: torch.layout) -> torch.Tensor:
+    return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=layout)
+
+
+UNSTORABLE_TENSORS: dict[str, tuple[Callable[[], torch.Tensor], str, Callable[[torch.Tensor],
+                                                                             object]]] = {
+    "sparse_coo": (lambda: torch.eye(3).to_sparse(),
+                   r"a torch.sparse_coo tensor at \[0\]\['x'\].*value.to_dense\(\)",
+                   lambda t: t.to_dense()),
+    "sparse_csr": (lambda: torch.eye(3).to_sparse_csr(),
+                   r"a torch.sparse_csr tensor at \[0\]\['x'\].*value.to_dense\(\)",
+                   lambda t: t.to_dense()),
+    "quantized": (quantized,
+                  r"a quantized tensor \(torch.quint8\) at \[0\]\['x'\].*value.dequantize\(\)"
+                  r".*value.int_repr\(\)",
+                  lambda t: [t.dequantize(), t.int_repr()]),
+    "nested": (lambda: nested_tensor(torch.strided),
+               r"a nested tensor at \[0\]\['x'\].*value.unbind\(\)"
+               r".*torch.nested.to_padded_tensor\(value, 0.0\)",
+               lambda t: [t.unbind(), torch.nested.to_padded_tensor(t, 0.0)]),
+    "jagged": (lambda: nested_tensor(torch.jagged),
+               r"a nested tensor at \[0\]\['x'\].*value.unbind\(\)",
+               lambda t: t.unbind()),
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch: nested tensors are a prototype
+@pytest.mark.parametrize("kind", list(UNSTORABLE_TENSORS))
+def test_unstorable_tensor_names_its_kind_path_and_a_conversion_that_works(kind: str) -> None:
+    make_tensor, message, convert = UNSTORABLE_TENSORS[kind]
+    tensor = make_tensor()
+    with pytest.raises(StoreError, match=message):
+        Encoder(prefix="t").encode([{"x": tensor}])
+    assert compare(round_trip(convert(tensor)), convert(tensor)) == []
+
+
+def deep_list(levels: int) -> object:
+    """[[...[1]...]]: the 1 sits `levels` lists deep."""
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_value_nested_to_the_depth_limit_round_trips() -> None:
+    value = {"a": deep_list(MAX_DEPTH - 1)}
+    assert compare(round_trip(value), value) == []
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 5000])
+def test_value_nested_past_the_depth_limit_names_the_limit_and_where(levels: int) -> None:
+    with pytest.raises(StoreError) as info:
+        Encoder(prefix="t").encode(deep_list(levels))
+    message = str(info.value)
+    assert f"nested more than {MAX_DEPTH} levels deep" in message
+    assert f"at [0][0][0][0]...[0][0] ({MAX_DEPTH + 1} levels)" in message
+
+
+def test_list_that_contains_itself_is_refused_as_too_deep() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(StoreError, match="a list that contains itself never ends"):
+        Encoder(prefix="t").encode(loop)
+
+
+def test_dict_key_nested_past_the_depth_limit_is_refused() -> None:
+    key: object = "k"
+    for _ in range(3000):
+        key = (key,)
+    with pytest.raises(StoreError, match=f"nested more than {MAX_DEPTH} levels"):
+        Encoder(prefix="t").encode({key: 1})
+
+
+def test_int_too_long_for_text_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match=r"the int at \[0\]: .* more digits.*hex\(value\)"):
+        Encoder(prefix="t").encode([10 ** 5000])
+    assert compare(round_trip([hex(10 ** 5000)]), [hex(10 ** 5000)]) == []
+
+
+def test_every_encoded_value_passes_the_structure_check() -> None:
+    encoder = Encoder(prefix="t")
+    node = encoder.encode(nested())
+    assert sorted(tensor_names(node)) == sorted(encoder.tensors)
 
 
 def test_unknown_node_kind_is_a_store_error() -> None:

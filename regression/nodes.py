@@ -1,0 +1,125 @@
+"""The JSON form of a stored value, checked without torch: a record is valid only if it decodes.
+
+A value is a tree of one-item nodes: {"tensor": name}, {"none": true}, {"bool": b},
+{"int": "digits"}, {"float": "16 hex digits"}, {"str": s}, {"list": [node...]},
+{"tuple": [node...]} and {"dict": [[key node, value node]...]}. Dict keys are None, bools,
+ints, floats, strings or tuples of them, each key at most once. Nothing nests more than
+MAX_DEPTH levels. The invoke process checks records with this module and never imports torch.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+from .errors import StoreError
+
+MAX_DEPTH = 100
+"""How deep lists, tuples and dicts may nest in a checked value (the value itself is level 0)."""
+
+_SCALARS = frozenset({"none", "bool", "int", "float", "str"})
+_INT = re.compile(r"0|-?[1-9][0-9]*")
+_FLOAT = re.compile(r"[0-9a-f]{16}")
+
+
+def float_bits(value: float) -> str:
+    """A Python float's exact bits (sign and NaN payload included), as hex."""
+    return struct.pack(">d", value).hex()
+
+
+def float_from_bits(bits: str) -> float:
+    """The float whose bits float_bits wrote."""
+    value: float = struct.unpack(">d", bytes.fromhex(bits))[0]
+    return value
+
+
+def path_label(path: tuple[object, ...]) -> str:
+    """A readable location inside a nested output, e.g. "[0]['logits']"."""
+    return "".join(f"[{p!r}]" for p in path) or "<value>"
+
+
+def deep_label(path: tuple[object, ...]) -> str:
+    """path_label, shortened in the middle for a path too long to read."""
+    if len(path) <= 8:
+        return path_label(path)
+    return f"{path_label(path[:4])}...{path_label(path[-2:])} ({len(path)} levels)"
+
+
+def tensor_names(node: object) -> list[str]:
+    """The tensor names a stored value refers to; StoreError naming the first malformed node."""
+    names: list[str] = []
+    _check(node, (), 0, names)
+    return names
+
+
+def _check(node: object, path: tuple[object, ...], depth: int, names: list[str]) -> None:
+    kind, content = _one_item(node, path, depth)
+    if kind == "tensor":
+        if not isinstance(content, str) or not content:
+            raise _malformed(path, "a tensor node must hold a tensor name")
+        names.append(content)
+    elif kind in _SCALARS:
+        _scalar(kind, content, path)
+    elif kind in ("list", "tuple"):
+        if not isinstance(content, list):
+            raise _malformed(path, f"a {kind} node must hold a list of nodes")
+        for i, item in enumerate(content):
+            _check(item, (*path, i), depth + 1, names)
+    elif kind == "dict":
+        for key, value in _dict_items(content, path, depth):
+            _check(value, (*path, key), depth + 1, names)
+    else:
+        raise _malformed(path, f"unknown node kind {kind!r}")
+
+
+def _one_item(node: object, path: tuple[object, ...], depth: int) -> tuple[str, object]:
+    """The kind and content of a node, after checking its form and depth."""
+    if depth > MAX_DEPTH:
+        raise StoreError(f"at {deep_label(path)}: nested more than {MAX_DEPTH} levels deep, "
+                         "deeper than any value check() stores")
+    if not isinstance(node, dict) or len(node) != 1:
+        raise _malformed(path, "a node must be a JSON object with exactly one item")
+    ((kind, content),) = node.items()
+    return kind, content
+
+
+def _scalar(kind: str, content: object, path: tuple[object, ...]) -> object:
+    """The Python value of a scalar node, after checking its content."""
+    if kind == "none" and content is True:
+        return None
+    if kind == "bool" and isinstance(content, bool) or kind == "str" and isinstance(content, str):
+        return content
+    if kind == "int" and isinstance(content, str) and _INT.fullmatch(content):
+        try:
+            return int(content)
+        except ValueError:  # past sys.get_int_max_str_digits()
+            raise _malformed(path, "an int node holds too many digits") from None
+    if kind == "float" and isinstance(content, str) and _FLOAT.fullmatch(content):
+        return float_from_bits(content)
+    raise _malformed(path, f"an ill-formed {kind} node holding {content!r}")
+
+
+def _dict_items(content: object, path: tuple[object, ...], depth: int) -> list[tuple[object,
+                                                                                     object]]:
+    """The (key, value node) pairs of a dict node; keys decoded, each present once."""
+    if not isinstance(content, list) or not all(
+            isinstance(pair, list) and len(pair) == 2 for pair in content):
+        raise _malformed(path, "a dict node must hold a list of [key, value] pairs")
+    pairs = [(_key(pair[0], path, depth + 1), pair[1]) for pair in content]
+    if len(dict(pairs)) != len(pairs):
+        raise _malformed(path, "a dict node holds one key twice")
+    return pairs
+
+
+def _key(node: object, path: tuple[object, ...], depth: int) -> object:
+    """The Python value of a dict key node: a scalar or a tuple of keys."""
+    kind, content = _one_item(node, path, depth)
+    if kind in _SCALARS:
+        return _scalar(kind, content, path)
+    if kind == "tuple" and isinstance(content, list):
+        return tuple(_key(item, path, depth + 1) for item in content)
+    raise _malformed(path, f"a dict key must be a scalar or a tuple of them, not a {kind!r} node")
+
+
+def _malformed(path: tuple[object, ...], problem: str) -> StoreError:
+    return StoreError(f"at {deep_label(path)}: {problem}")
