@@ -28,6 +28,7 @@ sys.path.insert(0, str(PROJECT))
 
 from regression.cache import CaseRecord, Entry, Output  # noqa: E402
 from regression.fingerprint import digest  # noqa: E402
+from zoo_repo import zoo_repo  # noqa: E402
 
 
 def timed(work: Callable[[], object]) -> float:
@@ -45,25 +46,9 @@ def median_times(works: dict[str, Callable[[], object]], rounds: int) -> dict[st
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def zoo_copy(folder: Path) -> Path:
-    """A git repository holding the example zoo, its tests and config (reference: HEAD)."""
-    repo = folder / "repo"
-    for part in ("zoo", "tests/regression"):
-        shutil.copytree(PROJECT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
-    config = (PROJECT / "config.yaml").read_text().splitlines()
-    (repo / "config.yaml").write_text("\n".join(
-        "reference: HEAD" if line.startswith("reference:") else line for line in config) + "\n")
-    (repo / "tasks.py").write_text("from regression.tasks import ns\n")
-    (repo / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
-    for command in (["init", "-q"], ["add", "-A"],
-                    ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "zoo"]):
-        subprocess.run(["git", *command], cwd=repo, check=True)
-    return repo
-
-
 def bench_invoke(rounds: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        repo = zoo_copy(Path(folder))
+        repo = zoo_repo(Path(folder))
         cache = Path(folder) / "cache"
         env = {**os.environ, "REGRESSION_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}
 

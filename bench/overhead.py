@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-PROJECT = Path(__file__).resolve().parents[1]
+from zoo_repo import zoo_repo
+
 
 # A stand-in for the plugin's fixture: the same inputs, a check() that records or compares
 # with torch.save / torch.equal, as a project without torch-regression would do it.
@@ -111,31 +112,13 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> None:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
 
 
-def zoo_repo(folder: Path) -> Path:
-    """A git repository holding the example zoo, its tests and config (reference: HEAD)."""
-    repo = folder / "repo"
-    for part in ("zoo", "tests/regression"):
-        shutil.copytree(PROJECT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
-    config = (PROJECT / "config.yaml").read_text().splitlines()
-    (repo / "config.yaml").write_text("\n".join(
-        "reference: HEAD" if line.startswith("reference:") else line for line in config) + "\n")
-    (repo / "tasks.py").write_text("from regression.tasks import ns\n")
-    (repo / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
-    (repo / ".gitignore").write_text("__pycache__/\n.regression-cache/\nplain/\n")
-    (repo / "plain").mkdir()
-    (repo / "plain" / "fixture.py").write_text(PLAIN_FIXTURE)
-    for command in (["init", "-q"], ["add", "-A"],
-                    ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "zoo"]):
-        subprocess.run(["git", *command], cwd=repo, check=True)
-    return repo
-
-
 class Bench:
     """The variants, as commands run in one zoo repository."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.repo = zoo_repo(folder)
+        self.repo = zoo_repo(folder, {
+            ".gitignore": "__pycache__/\n.regression-cache/\n", "plain/fixture.py": PLAIN_FIXTURE})
         self.cache = folder / "cache"
         self.python = sys.executable
         watch = folder / "watch"
@@ -170,7 +153,6 @@ class Bench:
         run(["git", "worktree", "add", "-q", "--detach", str(worktree), "HEAD"], self.repo,
             self.env)
         try:
-            shutil.copytree(self.repo / "plain", worktree / "plain")
             self.plain("record", cwd=worktree)
         finally:
             run(["git", "worktree", "remove", "--force", str(worktree)], self.repo, self.env)

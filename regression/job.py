@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,12 @@ class Job:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
 
     def write_result(self, result: dict[str, object]) -> None:
-        Path(self.result).write_text(json.dumps(result), encoding="utf-8")
+        """Write the result atomically: xdist workers of one check run may each write it."""
+        target = Path(self.result)
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".result.")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(result, stream)
+        os.replace(temporary, target)
 
     def write_error(self, error: RegressionError) -> None:
         self.write_result(error_data(error))

@@ -1,0 +1,29 @@
+"""A git repository holding a copy of the example zoo, for the benchmarks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def zoo_repo(folder: Path, extra: dict[str, str] | None = None) -> Path:
+    """The zoo, its tests and config (reference: HEAD) committed in `folder / "repo"`, with
+    `extra` files (relative path -> text) committed beside them."""
+    repo = folder / "repo"
+    for part in ("zoo", "tests/regression"):
+        shutil.copytree(PROJECT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+    config = (PROJECT / "config.yaml").read_text().splitlines()
+    (repo / "config.yaml").write_text("\n".join(
+        "reference: HEAD" if line.startswith("reference:") else line for line in config) + "\n")
+    files = {"tasks.py": "from regression.tasks import ns\n",
+             "pyproject.toml": "[tool.pytest.ini_options]\n", **(extra or {})}
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    for command in (["init", "-q"], ["add", "-A"],
+                    ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "zoo"]):
+        subprocess.run(["git", *command], cwd=repo, check=True)
+    return repo
