@@ -3,7 +3,7 @@ is missing. Runs inside the check process, so a warm run starts no other torch p
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -11,11 +11,11 @@ import pytest
 
 from ..cache import Entry
 from ..config import Settings
+from ..durations import read_durations
 from ..fingerprint import environment_parts
 from ..harness import HarnessDigests, extra_harness_files
 from ..job import GEN_NEVER, Job
 from ..revision import open_repo, resolve_revision
-from ..durations import read_durations
 from ..runner import Generation, Reference, Suite, generate, require_valid
 from ..shard import parse_shard, select
 from .common import uses_fixture
@@ -93,6 +93,4 @@ def prepare(reference: Reference, job: Job | None, items: list[pytest.Item],
 
 
 def _narrowed(suite: Suite, cases: dict[str, str]) -> Suite:
-    from dataclasses import replace
-
     return replace(suite, cases=cases)
