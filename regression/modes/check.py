@@ -96,6 +96,12 @@ class Checker:
             self.job.write_error(error)
         raise pytest.UsageError(f"torch-regression: {error}") from None
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """`invoke gen` has no terminal report: say which files failed to collect, and why."""
+        if self.gen_only and report.failed:
+            self._echo(f"error collecting {report.nodeid or 'the tests'}:\n"
+                       f"{report.longreprtext.rstrip()}")
+
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected.update((i.nodeid, i) for i in items)
 
@@ -139,6 +145,7 @@ class Checker:
 
         settings = self._settings()
         self.settings: Settings = settings
+        determinism.prepare_process(settings.device)  # its variables are part of the key
         reference = resolve(settings, self.job, self.config.getoption("regression_reference"))
         no_gen = bool(self.config.getoption("regression_no_gen"))
         prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
@@ -223,7 +230,27 @@ class Checker:
         sink = self.sinks.get(item.nodeid)
         if sink is not None and report.when == "call":
             self._judge(item, sink, report)
+        elif sink is None and report.when == "setup" and report.skipped and uses_fixture(item):
+            self._judge_setup_skip(item, report)
         return report
+
+    def _judge_setup_skip(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """A case skipped before its fixture ran (a skipif on the subject, a fixture that
+        skips) fails when the reference recorded it: it would otherwise pass unchecked."""
+        if self.prepared is None:
+            return
+        from ..cache import ABSENT
+
+        try:
+            record = self.prepared.entry.load_case(item.nodeid)
+        except RegressionError:
+            return  # no trusted record: nothing says the reference ran it
+        if record is not None and record.status != ABSENT:
+            message = (f"skipped, but the reference {self.label} recorded this case: "
+                       f"{self._reason(report)}")
+            self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, ERROR, message)
+            report.outcome = "failed"
+            report.longrepr = message
 
     def _judge(self, item: pytest.Item, sink: CheckSink, report: pytest.TestReport) -> None:
         """Set the case's outcome, and fail a report that passed where the case did not."""
@@ -275,24 +302,32 @@ class Checker:
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends its output
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Prove the run complete and the subject's origin; store durations; summaries."""
+        """Prove the subject's origin and the run complete; store durations; summaries.
+        An xdist worker hands what it knows to the controller, which judges and reports."""
         worker_output = getattr(self.config, "workeroutput", None)
-        if worker_output is not None:  # an xdist worker: the controller judges and reports
-            worker_output[WORKER_KEY] = self._worker_data()
-        elif self.gen_only:
+        if self.gen_only and worker_output is None:
             if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
                 session.exitstatus = pytest.ExitCode.OK
             return
-        else:
-            self._require_all_ran(session)
         self._verify_origins(session)
+        if worker_output is not None:
+            worker_output[WORKER_KEY] = self._worker_data()
+            return
+        self._require_all_ran(session)
+        self._store_durations()
+        if self.finish_errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a worker's, merged here
+        self.write_step_summary()
+
+    def _store_durations(self) -> None:
         durations_path = self.config.getoption("regression_durations")
         if durations_path and self.durations:
             from ..durations import store_durations
 
-            store_durations(Path(durations_path), self.durations)
-        if worker_output is None:
-            self.write_step_summary()
+            try:
+                store_durations(Path(durations_path), self.durations)
+            except RegressionError as exc:
+                self.finish_errors.append(f"the durations were not stored: {exc}")
 
     def _verify_origins(self, session: pytest.Session) -> None:
         """Regression cases ran here: the candidate must be the working tree (or the
@@ -311,7 +346,7 @@ class Checker:
     def _worker_data(self) -> dict[str, object]:
         return {"expected": sorted(self.expected or ()), "label": self.label,
                 "outcomes": [[o.nodeid, o.outcome, o.detail] for o in self.outcomes.values()],
-                "errors": self.finish_errors}
+                "errors": self.finish_errors, "durations": self.durations}
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: object, error: object) -> None:
@@ -324,6 +359,7 @@ class Checker:
         for nodeid, outcome, detail in data["outcomes"]:
             self.outcomes[nodeid] = CaseOutcome(nodeid, outcome, detail)
         self.finish_errors += [e for e in data["errors"] if e not in self.finish_errors]
+        self.durations.update(data["durations"])
 
     def _require_all_ran(self, session: pytest.Session) -> None:
         """A run that invoke handed its cases fails unless every one of them ran; a shard

@@ -25,7 +25,11 @@ class Collector:
         self.deselected: list[pytest.Item] = []
 
     def start(self) -> None:
-        """Before conftests load: the candidate's subject origin, for `invoke compare`."""
+        """Before conftests load: kernel settings that are part of the key, and the
+        candidate's subject origin, for `invoke compare`."""
+        from .. import determinism
+
+        determinism.prepare_process(self.settings.device)
         if self.job.subject_root:
             try:
                 install_redirect(self.settings.subject_packages, Path(self.job.subject_root),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from helpers import SUBJECT, Repo, output
 
 HELPED_SUBJECT = """\
@@ -120,3 +123,56 @@ def test_thread_count_changed_by_a_conftest_is_an_error_in_both_modes(subject_re
     assert checked.returncode == 1, output(checked)
     assert "determinism.threads is 1" in output(checked)
     assert "0 identical" in output(checked)
+
+
+def test_subject_from_elsewhere_fails_the_run_also_with_workers(subject_repo: Repo,
+                                                                tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(subject_repo.path / "subj", copy / "subj")
+    subject_repo.write("tests/conftest.py", f"import sys\n\nsys.path.insert(0, {str(copy)!r})\n")
+    for workers in ("0", "2"):
+        done = subject_repo.invoke("test", "--workers", workers)
+        assert done.returncode == 3, (workers, output(done))
+        assert "subject modules were imported from outside" in output(done)
+
+
+def test_case_skipped_before_its_fixture_fails_when_the_reference_recorded_it(
+        subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_guarded.py", """\
+        import os
+
+        import pytest
+        import subj
+
+
+        @pytest.fixture
+        def maybe_skip():
+            if os.environ.get("SKIP_IT"):
+                pytest.skip("skipped by the candidate")
+
+
+        def test_guarded(maybe_skip, regression):
+            regression.check(subj.forward(regression.randn(2, 4)))
+        """)
+    subject_repo.commit("a case a fixture may skip")
+    assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
+    done = subject_repo.invoke("test", "--reference", "HEAD", env={"SKIP_IT": "1"})
+    text = output(done)
+    assert done.returncode == 1, text
+    assert "skipped, but the reference" in text and "skipped by the candidate" in text
+
+
+def test_gen_shows_why_a_test_file_did_not_collect(subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_broken.py", "import nonexistent_mod\n")
+    done = subject_repo.invoke("gen")
+    text = output(done)
+    assert done.returncode == 2, text
+    assert "error collecting tests/test_broken.py" in text and "nonexistent_mod" in text
+
+
+def test_plain_pytest_records_and_checks_with_device_cuda_settings(subject_repo: Repo) -> None:
+    config = (subject_repo.path / "config.yaml").read_text()
+    subject_repo.write("config.yaml", config + "device: cuda\n")
+    done = subject_repo.pytest("tests")  # on a CPU machine: the key says cuda <unavailable>
+    assert done.returncode == 0, output(done)
+    assert "1 identical" in output(done)
