@@ -41,6 +41,7 @@ class Checker:
         self.expected: set[str] | None = None
         """Driven runs: the cases that must run, or the run fails."""
         self.worker_label = ""
+        self.loaded_settings: Settings | None = None
         self.deselected: dict[str, pytest.Item] = {}
         self.ran: set[str] = set()
         self.error_reasons: dict[str, str] = {}
@@ -82,11 +83,15 @@ class Checker:
                 config.pluginmanager.unregister(reporter)
 
     def _settings(self) -> Settings:
+        """config.yaml, read once per run."""
+        if self.loaded_settings is not None:
+            return self.loaded_settings
         from ..config import find_config, load_settings
 
         try:
             path = Path(self.job.config) if self.job else find_config(self.config.rootpath)
-            return load_settings(path)
+            self.loaded_settings = load_settings(path)
+            return self.loaded_settings
         except RegressionError as exc:
             self._refuse(exc)
 
