@@ -158,7 +158,7 @@ def describe(revision: str, sha: str) -> str:
 
 def _worktree_parent(repo: git.Repo) -> Path:
     """Where this repository's reference worktrees live: one folder per clone."""
-    common = (Path(repo.working_dir) / run_git(repo, "rev-parse", "--git-common-dir")).resolve()
+    common = Path(repo.common_dir).resolve()  # read from .git, no git process
     digest = xxhash.xxh64_hexdigest(str(common).encode())
     return Path(tempfile.gettempdir()) / "torch-regression-worktrees" / digest
 
@@ -174,7 +174,11 @@ def _pid_alive(pid: int) -> bool:
 
 
 def prune_stale_worktrees(repo: git.Repo) -> list[Path]:
-    """Remove worktrees left by killed runs of this tool; returns what was removed."""
+    """Remove worktrees left by killed runs of this tool; returns what was removed.
+
+    Cheap when there is nothing to remove (a folder listing, no git process), so warm runs
+    call it too: a run killed while recording is cleaned up by the next run of any kind.
+    """
     parent = _worktree_parent(repo)
     removed = []
     if parent.is_dir():
@@ -183,7 +187,8 @@ def prune_stale_worktrees(repo: git.Repo) -> list[Path]:
             if pid.isdigit() and not _pid_alive(int(pid)):
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
-    run_git(repo, "worktree", "prune")
+    if removed:
+        run_git(repo, "worktree", "prune")
     return removed
 
 

@@ -25,7 +25,7 @@ from .errors import CacheError, CacheWriteError, CollectionError, ConfigError, \
 from .fingerprint import digest
 from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, RECORD, Job
 from .shard import ShardSpec
-from .revision import describe, git_environment, open_repo, reference_worktree, resolve_revision, \
+from .revision import describe, git_environment, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
     short
 
 Echo = Callable[[str], None]
@@ -215,6 +215,7 @@ def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generatio
     the plan made again under it: a concurrent gen of the same key waits, then finds the work
     done.
     """
+    prune_stale_worktrees(suite.reference.repo)  # git's bookkeeping, not the cache
     todo = _read_only_plan(suite, force)
     if todo == {}:
         suite.entry.touch()  # a hint for pruning; skipped where the cache is read-only
