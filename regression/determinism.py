@@ -30,11 +30,28 @@ def apply(settings: Determinism) -> None:
         sys.modules["numpy"].random.seed(settings.seed)
     if torch.get_num_threads() != settings.threads:
         torch.set_num_threads(settings.threads)
-    torch.use_deterministic_algorithms(settings.deterministic_algorithms)
+    _use_deterministic_algorithms(settings.deterministic_algorithms)
     torch.backends.cudnn.deterministic = settings.deterministic_algorithms
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+INDUCTOR_ENV = "TORCHINDUCTOR_DETERMINISTIC"
+
+
+def _use_deterministic_algorithms(mode: bool) -> None:
+    """torch.use_deterministic_algorithms(mode), without its import of TorchInductor's
+    config (1.7 s, every process) when inductor is not loaded yet: inductor reads its
+    `deterministic` setting from TORCHINDUCTOR_DETERMINISTIC when first imported."""
+    import torch
+
+    set_flag = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if "torch._inductor.config" in sys.modules or set_flag is None:
+        torch.use_deterministic_algorithms(mode)
+        return
+    os.environ[INDUCTOR_ENV] = "1" if mode else "0"
+    set_flag(mode, warn_only=False)
 
 
 def case_seed(seed: int, nodeid: str) -> int:
