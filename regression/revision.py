@@ -187,6 +187,10 @@ def prune_stale_worktrees(repo: git.Repo) -> list[Path]:
             if pid.isdigit() and not _pid_alive(int(pid)):
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
+    for folder in removed:
+        # A run killed inside `git worktree add` leaves its entry locked ("initializing"),
+        # and prune keeps locked entries: unlock it first ("not locked" is fine).
+        git_process(repo, "worktree", "unlock", str(folder))
     if removed:
         run_git(repo, "worktree", "prune")
     return removed

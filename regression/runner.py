@@ -58,7 +58,7 @@ class Suite:
     subject_root: Path | None = None
     """Set by `compare`: the candidate's subject comes from this worktree."""
     workers: int = 0
-    """pytest-xdist workers for recording; 0 records in one process."""
+    """pytest-xdist workers for recording; 0 or 1 records in one process."""
 
 
 def select_shard(suite: Suite, spec: ShardSpec | None) -> Suite:
@@ -96,7 +96,7 @@ def _xdist_args(job: Job | None) -> tuple[str, ...]:
         return ()  # the check run: the task passes --workers as -n, or addopts decides
     if importlib.util.find_spec("xdist") is None:
         return ()  # the tasks refuse --workers without it
-    workers = job.workers if job.mode == RECORD else 0
+    workers = job.workers if job.mode == RECORD and job.workers > 1 else 0
     return ("-n", str(workers))
 
 

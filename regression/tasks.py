@@ -39,7 +39,8 @@ def _translate(work: Callable[[], T]) -> T:
 
 
 SHARD_HELP = "only shard i of n (1-based), e.g. 2/4; every case is in exactly one shard"
-WORKERS_HELP = "run in N pytest-xdist processes (recording too); 0 or 1: one process"
+WORKERS_HELP = ("run in N pytest-xdist processes (recording too); 1: one process, whatever "
+                "addopts says; left out: as addopts says, recording in one process")
 
 
 def _suite(reference: str | None, shard_spec: str | None) -> Suite:
@@ -70,20 +71,31 @@ def gen(c: Context, reference: str | None = None, shard: str | None = None,
 
 
 def _workers(count: int) -> int:
-    """A --workers count, checked: pytest-xdist must be installed for more than one."""
+    """A --workers count, checked: pytest-xdist must be installed for more than one.
+    0 means left out."""
     if count < 0:
-        raise RegressionError(f"--workers {count}: give a number of processes, 0 or more")
+        raise RegressionError(f"--workers {count}: give a number of processes, 1 or more")
     if count > 1 and importlib.util.find_spec("xdist") is None:
         raise RegressionError("--workers needs pytest-xdist; install it with "
                               "pip install 'torch-regression[xdist]'")
-    return count if count > 1 else 0
+    return count
+
+
+def _xdist_option(workers: int) -> list[str]:
+    """The check run's -n for --workers: N processes, or one (`-n 0` overrides a -n in
+    addopts); nothing when --workers was left out, or there is no xdist to tell."""
+    if workers > 1:
+        return ["-n", str(workers)]
+    if workers == 1 and importlib.util.find_spec("xdist") is not None:
+        return ["-n", "0"]
+    return []
 
 
 def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bool,
            junitxml: str | None, store_durations: bool, subject_root: Path | None = None,
            workers: int = 0) -> int:
     """One pytest process: it records what is missing (unless `no_gen`), then checks."""
-    args = ["-n", str(workers)] if workers else []
+    args = _xdist_option(workers)
     if strict:
         args.append("--regression-strict")
     if junitxml:

@@ -152,7 +152,8 @@ class Checker:
         self.settings: Settings = settings
         determinism.prepare_process(settings.device)  # its variables are part of the key
         reference = resolve(settings, self.job, self.config.getoption("regression_reference"))
-        no_gen = bool(self.config.getoption("regression_no_gen"))
+        # `invoke gen` records whatever addopts says: recording is all it is asked to do.
+        no_gen = bool(self.config.getoption("regression_no_gen")) and not self.gen_only
         prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
                            self._echo, record=not no_gen)
         if prepared.generation is not None and not self.gen_only:

@@ -14,7 +14,7 @@ from ..config import Settings
 from ..durations import read_durations
 from ..fingerprint import environment_parts
 from ..harness import HarnessDigests, extra_harness_files
-from ..job import GEN_NEVER, Job
+from ..job import GEN_NEVER, GEN_ONLY, Job
 from ..revision import open_repo, resolve_revision
 from ..runner import Generation, Reference, Suite, generate, require_valid
 from ..shard import parse_shard, select
@@ -82,6 +82,10 @@ def prepare(reference: Reference, job: Job | None, items: list[pytest.Item],
     if spec is not None:
         echo(f"shard {spec}: {len(suite.cases)} cases")
     runnable = {c: h for c, h in suite.cases.items() if c in selected}
+    left_out = len(suite.cases) - len(runnable)
+    if job is not None and job.gen == GEN_ONLY and left_out:
+        echo(f"warning: {left_out} of {len(suite.cases)} cases deselected (-k, -m or "
+             "--deselect in addopts or PYTEST_ADDOPTS) are not recorded")
     generation = None
     if job is not None and job.gen == GEN_NEVER:
         require_valid(_narrowed(suite, runnable))

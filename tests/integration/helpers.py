@@ -48,6 +48,16 @@ def test_plain():
 
 TASKS = "from regression.tasks import ns\n"
 
+# hypothesis (a development dependency) has a pytest plugin that imports hypothesis, about
+# 1 s, in every pytest process; the repositories made here have no hypothesis tests.
+NO_HYPOTHESIS = "-p no:hypothesispytest"
+
+
+def with_addopts(env: dict[str, str]) -> dict[str, str]:
+    """`env` with hypothesis's plugin off, before any PYTEST_ADDOPTS of its own."""
+    addopts = f"{NO_HYPOTHESIS} {env.get('PYTEST_ADDOPTS', '')}".strip()
+    return {**env, "PYTEST_ADDOPTS": addopts}
+
 
 @dataclass
 class Repo:
@@ -76,12 +86,12 @@ class Repo:
                if not k.startswith(("REGRESSION_", "PYTEST_", "GITHUB_"))}
         env["REGRESSION_CACHE_DIR"] = str(self.cache)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        return env
+        return with_addopts(env)
 
     def invoke(self, *args: str, python: str = sys.executable,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([python, "-m", "invoke", *args], cwd=self.path,
-                              env={**self.env(), **(env or {})},
+                              env=with_addopts({**self.env(), **(env or {})}),
                               text=True, capture_output=True, check=False, timeout=600)
 
     def pytest(self, *args: str) -> subprocess.CompletedProcess[str]:

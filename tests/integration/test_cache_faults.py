@@ -77,8 +77,9 @@ FILES: dict[str, Callable[[Repo], Path]] = {
 FAULTS: dict[str, Callable[[Path], None]] = {"flipped byte": _flip, "truncation": _truncate}
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("kind", FILES)
+# Each file once, the faults alternating; unit tests (test_cache) cover every damage of each.
+@pytest.mark.parametrize(("kind", "fault"), [("entry", "flipped byte"), ("case", "truncation"),
+                                             ("tensors", "flipped byte")])
 def test_damaged_file_stops_no_gen_and_is_rerecorded(repo: Repo, kind: str, fault: str) -> None:
     damaged = FILES[kind](repo)
     FAULTS[fault](damaged)
@@ -225,16 +226,36 @@ def big_repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     return repo
 
 
-@pytest.mark.parametrize("delay", [1.0, 3.0, 5.0, 7.0, 9.0])
+def _worktree_made(repo: Repo) -> bool:
+    return len(repo.git("worktree", "list").splitlines()) > 1
+
+
+def _cases_stored(repo: Repo, count: int) -> bool:
+    return len(list(repo.cache.glob("*/cases/*.json"))) >= count
+
+
+# When to kill: as the recording starts (its worktree made, nothing stored), while it stores
+# (a few of 24 cases stored), and as it ends (every case stored, the entry being finished).
+PHASES: dict[str, Callable[[Repo], bool]] = {
+    "worktree made": _worktree_made,
+    "storing": lambda repo: _cases_stored(repo, 4),
+    "every case stored": lambda repo: _cases_stored(repo, 24),
+}
+
+
+@pytest.mark.parametrize("phase", PHASES)
 def test_sigkill_during_gen_leaves_nothing_read_as_valid(big_repo: Repo, tmp_path: Path,
-                                                          delay: float) -> None:
+                                                          phase: str) -> None:
     repo = Repo(big_repo.path, tmp_path / "cache")
     gen = subprocess.Popen([sys.executable, "-m", "invoke", "gen"], cwd=repo.path,
                            env=repo.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
-    time.sleep(delay)
+    while not PHASES[phase](repo):
+        assert gen.poll() is None, f"gen ended (exit {gen.returncode}) before: {phase}"
+        time.sleep(0.005)
     os.killpg(gen.pid, signal.SIGKILL)
     gen.wait()
+    assert gen.returncode == -signal.SIGKILL  # killed, not finished
     done = repo.invoke("test")
     assert done.returncode == 0, output(done)
     assert "25 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
@@ -334,6 +355,7 @@ def test_read_only_cache_missing_a_case_is_a_clear_error(repo: Repo, mounts: Mou
 # a full disk
 
 
+@pytest.mark.slow
 def test_full_disk_while_storing_tensors_names_the_case_and_stores_nothing_false(
         big_repo: Repo, tmp_path: Path, mounts: Mounts) -> None:
     repo = Repo(big_repo.path, tmp_path / "cache")

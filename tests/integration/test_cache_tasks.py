@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from helpers import Repo, output
 
 SECOND_FILE = """\
@@ -20,6 +21,7 @@ def _stamps(repo: Repo) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in repo.cache.rglob("cases/*")}
 
 
+@pytest.mark.slow
 def test_editing_one_test_file_rerecords_its_cases_only(subject_repo: Repo) -> None:
     subject_repo.write("tests/test_second.py", SECOND_FILE)
     assert subject_repo.invoke("gen").returncode == 0
@@ -57,6 +59,7 @@ def test_github_output_outside_actions_is_a_clear_error(subject_repo: Repo) -> N
     assert "$GITHUB_OUTPUT" in done.stderr
 
 
+@pytest.mark.slow
 def test_list_prune_and_clear(subject_repo: Repo) -> None:
     assert subject_repo.invoke("gen").returncode == 0
     assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
@@ -98,6 +101,7 @@ def test_cache_variable_naming_the_project_is_refused(subject_repo: Repo) -> Non
     assert (folder / "data.txt").read_text() == "the user's\n"
 
 
+@pytest.mark.slow
 def test_clear_and_prune_leave_what_is_not_an_entry_alone(subject_repo: Repo) -> None:
     assert subject_repo.invoke("gen").returncode == 0
     folder = _user_folder(subject_repo.cache)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from helpers import SUBJECT, Repo, output
 
 HELPED_SUBJECT = """\
@@ -34,6 +35,7 @@ def test_helper_package_outside_the_subject_stops_the_recording(subject_repo: Re
     assert "CHANGED tests/test_subj.py::test_forward" in output(caught)
 
 
+@pytest.mark.slow
 def test_cases_deselected_by_addopts_or_collect_only_fail_the_run(subject_repo: Repo) -> None:
     assert subject_repo.invoke("gen").returncode == 0
     for addopts, why in (("-k nomatch", "deselected by -k"), ("--co", "--collect-only")):
@@ -82,10 +84,12 @@ def test_reasons_name_the_exception_and_where_it_happened(subject_repo: Repo) ->
     assert "(in tests/test_store.py:2)" in text
 
 
+@pytest.mark.slow
 def test_xdist_in_addopts_records_in_one_process_and_checks_in_workers(subject_repo: Repo
                                                                        ) -> None:
     workers = {"PYTEST_ADDOPTS": "-n 2"}
-    gen = subject_repo.invoke("gen", env=workers)
+    # invoke gen records whatever addopts say: in one process, and despite --regression-no-gen
+    gen = subject_repo.invoke("gen", env={"PYTEST_ADDOPTS": "-n 2 --regression-no-gen"})
     assert gen.returncode == 0, output(gen)
     assert "recorded 1 cases" in gen.stdout
     done = subject_repo.invoke("test", env=workers)
@@ -93,6 +97,12 @@ def test_xdist_in_addopts_records_in_one_process_and_checks_in_workers(subject_r
     assert done.returncode == 0, text
     assert "2 workers" in text
     assert text.count("1 case: 1 identical, 0 changed") == 1  # once, by the controller
+    one = subject_repo.invoke("test", "--workers", "1", env=workers)  # overrides addopts' -n 2
+    assert one.returncode == 0, output(one)
+    assert "workers" not in output(one) and "1 case: 1 identical" in one.stdout
+    deselected = subject_repo.invoke("gen", "--force", env={"PYTEST_ADDOPTS": "-k nomatch"})
+    assert "warning: 1 of 1 cases deselected (-k, -m or --deselect in addopts or " \
+           "PYTEST_ADDOPTS) are not recorded" in output(deselected)
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.5"))
     changed = subject_repo.invoke("test", env={"PYTEST_ADDOPTS": "-n 2 -k nomatch"})
     assert changed.returncode == 1, output(changed)
@@ -125,6 +135,7 @@ def test_thread_count_changed_by_a_conftest_is_an_error_in_both_modes(subject_re
     assert "0 identical" in output(checked)
 
 
+@pytest.mark.slow
 def test_subject_from_elsewhere_fails_the_run_also_with_workers(subject_repo: Repo,
                                                                 tmp_path: Path) -> None:
     copy = tmp_path / "copy"

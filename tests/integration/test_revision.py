@@ -85,12 +85,16 @@ def test_worktree_is_removed_after_an_error(history: Repo) -> None:
     assert str(folder) not in history.git("worktree", "list")
 
 
-def test_stale_worktree_of_a_dead_process_is_pruned(history: Repo) -> None:
+# A run killed inside `git worktree add` leaves the entry locked ("initializing").
+@pytest.mark.parametrize("locked", [False, True], ids=["unlocked", "locked by a killed add"])
+def test_stale_worktree_of_a_dead_process_is_pruned(history: Repo, locked: bool) -> None:
     repo = open_repo(history.path)
     finished = subprocess.Popen(["true"])
     finished.wait()
     stale = _worktree_parent(repo) / f"{finished.pid}-deadbeef"
     history.git("worktree", "add", "--detach", "-q", str(stale), "HEAD")
+    if locked:
+        history.git("worktree", "lock", "--reason", "initializing", str(stale))
     assert str(stale) in history.git("worktree", "list")
     removed = prune_stale_worktrees(repo)
     assert stale in removed

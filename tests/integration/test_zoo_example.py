@@ -9,6 +9,8 @@ from typing import Iterator
 import pytest
 from helpers import Repo, output, stored_files
 
+pytestmark = pytest.mark.slow
+
 LINEAR_PATCH = """
 import torch as _torch
 
