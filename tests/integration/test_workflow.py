@@ -99,8 +99,8 @@ def test_workflow_rehearsal_shards_cover_every_case_once_and_reuse_the_cache(
         zoo_repo_template: Path, tmp_path: Path) -> None:
     saved: dict[str, Path] = {}  # what actions/cache/save stored, by exact key
     keys, sharded = set(), []
-    # The second rehearsal, on the first and last shard, restores what the first saved.
-    for rehearsal, shards in (("first", range(1, SHARDS + 1)), ("second", (1, SHARDS))):
+    # The second rehearsal, on the last shard, restores what the first saved.
+    for rehearsal, shards in (("first", range(1, SHARDS + 1)), ("second", (SHARDS,))):
         for shard in shards:
             clone = _fresh_clone(zoo_repo_template, tmp_path / f"{rehearsal}-{shard}")
             cache, github_output = clone / ".regression-cache", tmp_path / "out"
