@@ -7,13 +7,35 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import PROJECT, TASKS, Mounts, Repo, init_repo, make_subject_repo, mount_refused
+from helpers import (PROJECT, TASKS, Mounts, Repo, init_repo, make_subject_repo, mount_refused,
+                     output)
 
 
 @pytest.fixture
 def subject_repo(tmp_path: Path) -> Repo:
     """A repository with a tiny subject `subj` at commit v1 (tagged), a second commit on top."""
     return make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+
+
+@pytest.fixture(scope="session")
+def recorded_subject(tmp_path_factory: pytest.TempPathFactory) -> Repo:
+    """A subject repository whose reference (v1) `invoke gen` recorded, once per worker.
+
+    Tests must not change it: `recorded_subject_repo` gives each its own copy.
+    """
+    root = tmp_path_factory.mktemp("recorded")
+    repo = make_subject_repo(root / "repo", root / "cache")
+    done = repo.invoke("gen")
+    assert done.returncode == 0, output(done)
+    return repo
+
+
+@pytest.fixture
+def recorded_subject_repo(recorded_subject: Repo, tmp_path: Path) -> Repo:
+    """A copy of `recorded_subject`, repository and cache, for a test to change at will."""
+    shutil.copytree(recorded_subject.path, tmp_path / "repo", symlinks=True)
+    shutil.copytree(recorded_subject.cache, tmp_path / "cache", symlinks=True)
+    return Repo(tmp_path / "repo", tmp_path / "cache")
 
 
 @pytest.fixture(scope="session")

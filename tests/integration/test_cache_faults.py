@@ -29,21 +29,11 @@ def test_big(n, regression):
 """
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Repo, Path]:
-    """A subject repository with its reference recorded once; tests copy the cache."""
-    root = tmp_path_factory.mktemp("faults")
-    repo = make_subject_repo(root / "repo", root / "pristine")
-    done = repo.invoke("gen")
-    assert done.returncode == 0, output(done)
-    return repo, root / "pristine"
-
-
 @pytest.fixture
-def repo(recorded: tuple[Repo, Path], tmp_path: Path) -> Repo:
-    template, pristine = recorded
-    shutil.copytree(pristine, tmp_path / "cache")
-    return Repo(template.path, tmp_path / "cache")
+def repo(recorded_subject: Repo, tmp_path: Path) -> Repo:
+    """The recorded subject repository, shared, with a copy of its cache to damage."""
+    shutil.copytree(recorded_subject.cache, tmp_path / "cache")
+    return Repo(recorded_subject.path, tmp_path / "cache")
 
 
 def _entry(repo: Repo) -> Path:

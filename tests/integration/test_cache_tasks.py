@@ -60,8 +60,8 @@ def test_github_output_outside_actions_is_a_clear_error(subject_repo: Repo) -> N
 
 
 @pytest.mark.slow
-def test_list_prune_and_clear(subject_repo: Repo) -> None:
-    assert subject_repo.invoke("gen").returncode == 0
+def test_list_prune_and_clear(recorded_subject_repo: Repo) -> None:
+    subject_repo = recorded_subject_repo
     assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
     listing = subject_repo.invoke("cache.list").stdout.splitlines()
     assert len(listing) == 3, listing
@@ -102,8 +102,8 @@ def test_cache_variable_naming_the_project_is_refused(subject_repo: Repo) -> Non
 
 
 @pytest.mark.slow
-def test_clear_and_prune_leave_what_is_not_an_entry_alone(subject_repo: Repo) -> None:
-    assert subject_repo.invoke("gen").returncode == 0
+def test_clear_and_prune_leave_what_is_not_an_entry_alone(recorded_subject_repo: Repo) -> None:
+    subject_repo = recorded_subject_repo
     folder = _user_folder(subject_repo.cache)
     for args in (["cache.prune", "--max-size", "0"], ["cache.clear"]):
         assert subject_repo.invoke("gen").returncode == 0
