@@ -5,15 +5,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
-import math
 from typing import Iterator
 
 import torch
 
 from .store import float_bits, path_label
-
-_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_CHUNK = 1 << 20  # elements compared at a time
+from .tensordiff import CHUNK, headline, report_lines, scan
 
 
 @dataclass(frozen=True)
@@ -24,9 +21,15 @@ class Difference:
     detail: str
     differing: int = 0
     max_abs: float | None = None
+    lines: tuple[str, ...] = ()
+    """The full report under the one-line detail (sizes, ULPs, first elements)."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.detail}"
+
+    def report(self) -> list[str]:
+        """This difference in full: its line, then the report indented under it."""
+        return [str(self), *(f"    {line}" for line in self.lines)]
 
 
 def compare(reference: object, actual: object, name: str = "") -> list[Difference]:
@@ -130,13 +133,8 @@ def _scalar_bits(value: object) -> object:
     return float_bits(value) if isinstance(value, float) else value
 
 
-def _bits(piece: torch.Tensor) -> torch.Tensor:
-    """A contiguous 1-D piece as integers of its width, so equal means bit-identical."""
-    return piece.view(_SAME_WIDTH_INT[piece.element_size()])
-
-
 def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = "<value>",
-                    *, chunk: int = _CHUNK) -> Difference | None:
+                    *, chunk: int = CHUNK) -> Difference | None:
     """The difference between two tensors, None when dtype, shape and bytes are equal.
 
     Works through `chunk` elements at a time, so memory stays the inputs plus small buffers.
@@ -145,104 +143,11 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
         return Difference(label, f"dtype {_signature(actual)}, reference {_signature(reference)}")
     if reference.shape != actual.shape:
         return Difference(label, f"shape {_signature(actual)}, reference {_signature(reference)}")
+    signature = _signature(actual)
     if reference.is_complex():
         reference, actual = torch.view_as_real(reference), torch.view_as_real(actual)
-    count, change = _scan(reference, actual, chunk)
-    if change is None:
+    diff = scan(reference, actual, chunk)
+    if not diff.differing:
         return None
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(change.index),
-                                                        reference.shape))
-    where = str(index) if reference.dim() else "()"
-    head = f"{_signature(actual)}: {count} of {reference.numel()} elements differ"
-    if reference.is_floating_point() and change.size == 0:
-        detail = (f"{head} in bits only (NaN payload or sign of zero); first at {where} "
-                  f"({_values(change)})")
-    else:
-        detail = f"{head}; max |diff| {change.size:.3g} at {where} ({_values(change)})"
-    return Difference(label, detail, differing=count, max_abs=change.size)
-
-
-@dataclass(frozen=True)
-class _Change:
-    """The largest change found: its flat index, its size and both elements (0-dim, CPU)."""
-
-    index: int
-    size: float
-    reference: torch.Tensor
-    actual: torch.Tensor
-
-
-def _scan(reference: torch.Tensor, actual: torch.Tensor,
-          chunk: int) -> tuple[int, _Change | None]:
-    """How many elements differ, and the largest change (the first of equals), chunk by chunk."""
-    count, best, offset = 0, None, 0
-    for ref, new in zip(_pieces(reference, chunk), _pieces(actual, chunk)):
-        where = (_bits(ref) != _bits(new)).nonzero().reshape(-1)
-        if where.numel():
-            count += where.numel()
-            position, size = _largest(ref[where], new[where])
-            if best is None or size > best.size:
-                at = int(where[position])
-                best = _Change(offset + at, size, ref[at].clone(), new[at].clone())
-        offset += ref.numel()
-    if best is not None and not best.reference.is_floating_point():
-        best = replace(best, size=float(abs(int(best.actual.item()) - int(best.reference.item()))))
-    return count, best
-
-
-def _pieces(tensor: torch.Tensor, chunk: int) -> Iterator[torch.Tensor]:
-    """The elements in row-major order as 1-D contiguous CPU pieces of at most `chunk`.
-
-    Contiguous tensors give views; others copy one piece at a time. The cut depends on the
-    shape only, so two tensors of one shape are cut alike.
-    """
-    tensor = tensor.detach()
-    if tensor.numel() <= chunk:
-        yield _flat(tensor)
-    elif tensor.dim() == 1:
-        for start in range(0, tensor.numel(), chunk):
-            yield _flat(tensor[start:start + chunk])
-    elif tensor[0].numel() > chunk:
-        for row in tensor:
-            yield from _pieces(row, chunk)
-    else:
-        step = chunk // tensor[0].numel()
-        for start in range(0, tensor.shape[0], step):
-            yield _flat(tensor[start:start + step])
-
-
-def _flat(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.reshape(-1).contiguous().cpu()
-
-
-def _largest(reference: torch.Tensor, actual: torch.Tensor) -> tuple[int, float]:
-    """The position and size of the largest change among differing elements.
-
-    A NaN that appears or goes is infinitely far; a NaN that only changed its payload (or a
-    zero its sign) is a change of size 0: its bits differ, its value does not.
-    """
-    if reference.dtype == torch.bool:
-        reference, actual = reference.to(torch.int64), actual.to(torch.int64)
-    size = (actual.to(torch.float64) - reference.to(torch.float64)).abs()
-    if reference.is_floating_point():
-        size = torch.where(size.isnan(), math.inf, size)
-        size = torch.where(reference.isnan() & actual.isnan(), 0.0, size)
-    position = int(torch.argmax(size))
-    return position, float(size[position])
-
-
-def _values(change: _Change) -> str:
-    """Both elements; with their bits where the value alone would hide the change."""
-    ref, new = change.reference.item(), change.actual.item()
-    if change.reference.is_floating_point() and (
-            change.size == 0 or math.isnan(ref) or math.isnan(new)):
-        return (f"reference {ref!r} ({_hex_bits(change.reference)}), "
-                f"now {new!r} ({_hex_bits(change.actual)})")
-    return f"reference {ref!r}, now {new!r}"
-
-
-def _hex_bits(element: torch.Tensor) -> str:
-    """One element's bits in hex, as wide as its dtype (0x7fc00000 for a float32 NaN)."""
-    width = element.element_size() * 8
-    bits = int(element.reshape(1).view(_SAME_WIDTH_INT[element.element_size()]).item())
-    return f"0x{bits & ((1 << width) - 1):0{width // 4}x}"
+    return Difference(label, f"{signature}: {headline(diff)}", differing=diff.differing,
+                      max_abs=diff.largest_size, lines=tuple(report_lines(diff)))

@@ -10,7 +10,7 @@ from .cache import ABSENT, CaseRecord, Output
 from .compare import Difference, compare
 from .config import Determinism
 from .determinism import case_seed, require_unchanged
-from .report import mismatch_message
+from .report import changed_detail, mismatch_message
 from .store import Encoder, decode
 
 
@@ -42,7 +42,9 @@ class RecordSink:
 
 
 class CheckSink:
-    """Compares each checked output with the reference record, bit for bit."""
+    """Compares each checked output with the reference record, bit for bit. A differing
+    output does not stop the test: every output is compared, and the case fails once, at
+    its end, with `failure()`."""
 
     keeps_values = False  # compared within take(); only the differences' text is kept
 
@@ -50,14 +52,18 @@ class CheckSink:
         self.record = record
         self.reference = reference
         self.checked: list[str] = []
-        self.differences: list[Difference] = []
+        self.changed: list[tuple[str, list[Difference]]] = []
+        """Each differing output's name and differences, in the order checked."""
 
     @property
     def in_reference(self) -> bool:
         return self.record.status != ABSENT
 
+    @property
+    def differences(self) -> list[Difference]:
+        return [d for _, differences in self.changed for d in differences]
+
     def take(self, name: str, value: object) -> None:
-        __tracebackhide__ = True
         self.checked.append(name)
         if not self.in_reference:
             return
@@ -68,8 +74,17 @@ class CheckSink:
         else:
             differences = compare(stored[name], value, name=repr(name))
         if differences:
-            self.differences += differences
-            raise AssertionError(mismatch_message(name, self.reference, differences))
+            self.changed.append((name, differences))
+
+    def failure(self) -> str | None:
+        """Why the case fails: every output that differs, in full; None when none does."""
+        if not self.changed:
+            return None
+        return mismatch_message(self.reference, self.changed, len(self.checked))
+
+    def detail(self) -> str:
+        """The changed case in one line, for the summary."""
+        return changed_detail(self.changed)
 
     def unchecked(self) -> list[str]:
         """Outputs the reference has that this run did not check."""

@@ -26,11 +26,28 @@ class CaseOutcome:
     detail: str = ""
 
 
-def mismatch_message(output: str, reference: str, differences: Sequence[Difference]) -> str:
-    """The assertion message for one output that is not bit-identical."""
-    lines = [f"output {output!r} is not bit-identical to the reference {reference}:"]
-    lines += [f"  {d}" for d in differences]
+def mismatch_message(reference: str, changed: Sequence[tuple[str, Sequence[Difference]]],
+                     checked: int) -> str:
+    """The one failure of a case whose outputs are not all bit-identical: every differing
+    output, each difference in full."""
+    if len(changed) == 1:
+        lines = [f"output {changed[0][0]!r} is not bit-identical to the reference {reference}:"]
+    else:
+        names = ", ".join(repr(name) for name, _ in changed)
+        lines = [f"{len(changed)} of {checked} outputs are not bit-identical to the reference "
+                 f"{reference}: {names}"]
+    for _, differences in changed:
+        lines += [f"  {line}" for difference in differences for line in difference.report()]
     return "\n".join(lines)
+
+
+def changed_detail(changed: Sequence[tuple[str, Sequence[Difference]]]) -> str:
+    """A changed case in one line: its first difference, and how many outputs differ."""
+    first = str(changed[0][1][0])
+    if len(changed) == 1:
+        return first
+    others = ", ".join(repr(name) for name, _ in changed[1:])
+    return f"{first} (and {len(changed) - 1} more outputs differ: {others})"
 
 
 def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:

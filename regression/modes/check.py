@@ -223,6 +223,17 @@ class Checker:
         return record
 
     @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        """A case whose outputs differ fails once, after its body ran: every output it
+        checks is compared, so the first difference does not hide the others."""
+        result = yield
+        sink = self.sinks.get(item.nodeid)
+        failure = sink.failure() if sink is not None else None
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        return result
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
@@ -262,10 +273,12 @@ class Checker:
         """Set the case's outcome, and fail a report that passed where the case did not."""
         self.outcomes[item.nodeid] = self._outcome(item.nodeid, sink, report)
         strict = bool(self.config.getoption("regression_strict"))
-        if not report.failed and sink.differences:
+        failure = sink.failure()
+        if failure and not report.failed:  # a skip or xfail after a differing check
             report.outcome = "failed"
-            report.longrepr = (f"outputs differ from the reference {self.label} although the "
-                               f"test did not fail: {sink.differences[0]}")
+            report.longrepr = failure
+        elif failure and failure not in report.longreprtext:  # the test failed on its own
+            report.sections.append(("torch-regression: outputs that differ", failure))
         elif report.skipped and sink.in_reference:
             report.outcome = "failed"
             report.longrepr = (f"skipped, but the reference {self.label} recorded this case: "
@@ -289,8 +302,8 @@ class Checker:
         return f"the reference {self.label} has outputs this test did not check: {names}"
 
     def _outcome(self, nodeid: str, sink: CheckSink, report: pytest.TestReport) -> CaseOutcome:
-        if sink.differences:
-            return CaseOutcome(nodeid, CHANGED, str(sink.differences[0]))
+        if sink.changed:
+            return CaseOutcome(nodeid, CHANGED, sink.detail())
         if report.failed or (report.skipped and sink.in_reference):
             return CaseOutcome(nodeid, ERROR, self._reason(report))
         if not sink.checked:

@@ -130,21 +130,37 @@ def test_plain_pytest_records_what_is_missing_unless_told_not_to(subject_repo: R
     assert "recording" not in output(again)
 
 
-def test_a_difference_caught_by_the_test_still_fails(subject_repo: Repo) -> None:
-    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.5"))
+def test_every_differing_output_is_reported_in_one_failure(subject_repo: Repo) -> None:
     subject_repo.write("tests/test_subj.py", """\
         import subj
 
 
         def test_forward(regression):
-            try:
-                regression.check(subj.forward(regression.randn(2, 4)), name="out")
-            except AssertionError:
-                pass
+            x = regression.randn(2, 4)
+            regression.check(subj.forward(x), name="out")
+            regression.check(subj.SCALE, name="scale")
+            regression.check(x, name="input")
+
+
+        def test_fails_on_its_own(regression):
+            regression.check(subj.forward(regression.randn(2, 4)), name="out")
+            assert subj.SCALE == 1.0, "the test's own assertion"
         """)
-    done = subject_repo.invoke("test")
-    assert done.returncode == 1, output(done)
-    assert "although the test did not fail" in output(done)
+    subject_repo.commit("three outputs, and a test that asserts")
+    assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.5"))
+    done = subject_repo.invoke("test", "--reference", "HEAD")
+    text = output(done)
+    assert done.returncode == 1, text
+    assert text.count("2 of 3 outputs are not bit-identical to the reference") == 1, text
+    assert "'scale': 1.5, reference 1.0" in text
+    assert "'input'" not in text  # identical: compared, not listed
+    assert "ULP distances: " in text and "changed behaviour, far beyond rounding" in text
+    assert "(and 1 more outputs differ: 'scale')" in text  # the summary's line
+    # A test that fails on its own keeps its message; the differing outputs come beside it.
+    assert "the test's own assertion" in text
+    assert "torch-regression: outputs that differ" in text
+    assert "0 identical, 2 changed" in text
 
 
 def test_recording_stopped_early_by_addopts_stores_nothing_false(subject_repo: Repo) -> None:

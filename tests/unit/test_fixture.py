@@ -180,11 +180,11 @@ def stored_and_loaded(value: object, tmp_path: Path) -> CaseRecord:
 def test_stored_dict_keys_keep_their_type_and_bits(
         tmp_path: Path, recorded: dict[object, str], checked: dict[object, str], missing: str,
         extra: str) -> None:
-    case, _ = check_case(stored_and_loaded(recorded, tmp_path))
-    with pytest.raises(AssertionError) as info:
-        case.check(checked, name="out")
-    assert f"keys missing: {missing}" in str(info.value)
-    assert f"keys not in reference: {extra}" in str(info.value)
+    case, sink = check_case(stored_and_loaded(recorded, tmp_path))
+    case.check(checked, name="out")
+    failure = sink.failure() or ""
+    assert f"keys missing: {missing}" in failure
+    assert f"keys not in reference: {extra}" in failure
 
 
 def test_stored_nan_and_tuple_keys_match_the_same_keys_checked_again(tmp_path: Path) -> None:
@@ -217,11 +217,10 @@ def test_check_sink_passes_identical_values() -> None:
     assert sink.unchecked() == []
 
 
-def test_check_sink_raises_naming_the_output_and_the_difference() -> None:
+def test_check_sink_fails_naming_the_output_and_the_difference() -> None:
     case, sink = check_case()
-    with pytest.raises(AssertionError) as info:
-        case.check(torch.tensor([[1.0, 2.0], [3.0, 4.5]]), name="logits")
-    message = str(info.value)
+    case.check(torch.tensor([[1.0, 2.0], [3.0, 4.5]]), name="logits")
+    message = sink.failure() or ""
     assert message.startswith(
         "output 'logits' is not bit-identical to the reference abc1234 (main):\n")
     assert "'logits': float32[2, 2]: 1 of 4 elements differ; max |diff| 0.5 at (1, 1)" in message
@@ -230,14 +229,27 @@ def test_check_sink_raises_naming_the_output_and_the_difference() -> None:
 
 def test_check_sink_names_the_nested_location() -> None:
     case, sink = check_case()
-    with pytest.raises(AssertionError, match=r"'meta'\['n'\]: 4, reference 3"):
-        case.check({"n": 4}, name="meta")
+    case.check({"n": 4}, name="meta")
+    assert "'meta'['n']: 4, reference 3" in (sink.failure() or "")
 
 
-def test_check_sink_raises_for_an_output_the_reference_lacks() -> None:
+def test_check_sink_fails_for_an_output_the_reference_lacks() -> None:
     case, sink = check_case()
-    with pytest.raises(AssertionError, match=r"not in the reference \(it has: 'logits', 'meta'\)"):
-        case.check(torch.ones(1), name="extra")
+    case.check(torch.ones(1), name="extra")
+    assert "not in the reference (it has: 'logits', 'meta')" in (sink.failure() or "")
+
+
+def test_check_sink_compares_every_output_and_fails_once_listing_each() -> None:
+    case, sink = check_case()
+    case.check(torch.tensor([[1.0, 2.0], [3.0, 4.5]]), name="logits")  # no raise: go on
+    case.check({"n": 4}, name="meta")
+    failure = sink.failure() or ""
+    assert failure.startswith("2 of 2 outputs are not bit-identical to the reference "
+                              "abc1234 (main): 'logits', 'meta'\n")
+    assert "  'logits': float32[2, 2]: 1 of 4 elements differ" in failure
+    assert "\n      ULP distances: " in failure  # the full report, under its output
+    assert "  'meta'['n']: 4, reference 3" in failure
+    assert sink.detail().endswith("(and 1 more outputs differ: 'meta')")
 
 
 def test_check_sink_reports_unchecked_outputs() -> None:

@@ -89,11 +89,17 @@ def test_markdown_summary_without_problems_ends_after_the_table() -> None:
 
 
 def test_mismatch_message_names_output_reference_and_each_difference() -> None:
-    differences = [Difference("'y'[0]", "2, reference 1"), Difference("'y'[1]", "length 3")]
-    assert mismatch_message("y", "abc1234", differences) == (
+    differences = [Difference("'y'[0]", "2, reference 1", lines=("more",)),
+                   Difference("'y'[1]", "length 3")]
+    assert mismatch_message("abc1234", [("y", differences)], 1) == (
         "output 'y' is not bit-identical to the reference abc1234:\n"
         "  'y'[0]: 2, reference 1\n"
+        "      more\n"
         "  'y'[1]: length 3")
+    two = mismatch_message("abc1234", [("y", differences), ("z", [Difference("'z'", "1")])], 3)
+    assert two.startswith("2 of 3 outputs are not bit-identical to the reference abc1234: "
+                          "'y', 'z'\n")
+    assert two.endswith("\n  'z': 1")
 
 
 def test_not_run_lines_list_each_case_and_why_then_cut_off() -> None:
