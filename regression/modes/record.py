@@ -56,12 +56,16 @@ class Recorder:
             raise pytest.UsageError(str(exc)) from None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if session.config.pluginmanager.has_plugin("dsession"):
+            return  # pytest-xdist's controller runs no case: its workers import torch
         determinism.apply(self.settings.determinism)  # once here: the first call takes seconds
         for package in self.settings.subject_packages:
             try:
                 importlib.import_module(package)
             except BaseException:  # noqa: B036 - any failure at import is reported as data
                 self.fail("subject_import", traceback.format_exc(limit=-8))
+                if self.worker:
+                    return  # it runs nothing; its controller hears of it when it ends
                 pytest.exit(f"the subject {package!r} failed to import at the reference",
                             returncode=3)
 
@@ -69,7 +73,8 @@ class Recorder:
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         self.collected = (self.collected or set()) | {i.nodeid for i in items}
-        wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)]
+        wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)
+                  and not self.failed]
         unwanted = [i for i in items if i not in wanted]
         if unwanted:
             config.hook.pytest_deselected(items=unwanted)

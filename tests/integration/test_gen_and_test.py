@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from helpers import SUBJECT, Repo, output, stored_files
 
 
@@ -72,12 +74,14 @@ def test_working_tree_index_stash_and_head_are_untouched(subject_repo: Repo) -> 
     assert subject_repo.snapshot() == before
 
 
-def test_subject_failing_to_import_at_the_reference(subject_repo: Repo) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_subject_failing_to_import_at_the_reference(subject_repo: Repo, workers: str) -> None:
     subject_repo.write("subj/__init__.py", "raise ImportError('broken on purpose')\n")
     broken = subject_repo.commit("broken")
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
     subject_repo.commit("fixed")
-    done = subject_repo.invoke("gen", "--reference", broken)
+    # With 2 workers the workers import the subject: xdist's controller runs no case.
+    done = subject_repo.invoke("gen", "--reference", broken, "--workers", workers)
     assert done.returncode == 2, output(done)
     assert "fails to import at the reference" in done.stderr
     assert "broken on purpose" in done.stderr
