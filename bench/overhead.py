@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from zoo_repo import zoo_repo
+from zoo_repo import NO_HYPOTHESIS, zoo_repo
 
 
 # A stand-in for the plugin's fixture: the same inputs, a check() that records or compares
@@ -131,7 +131,8 @@ class Bench:
         self.env = {**{k: v for k, v in os.environ.items()
                        if not k.startswith(("REGRESSION_", "PYTEST_"))},
                     "REGRESSION_CACHE_DIR": str(self.cache), "PYTHONDONTWRITEBYTECODE": "1",
-                    "PYTHONPATH": str(watch), "TORCH_IMPORTS": str(self.imports)}
+                    "PYTHONPATH": str(watch), "TORCH_IMPORTS": str(self.imports),
+                    **NO_HYPOTHESIS}
 
     def invoke_test(self) -> None:
         run([self.python, "-m", "invoke", "test"], self.repo, self.env)

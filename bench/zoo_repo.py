@@ -8,6 +8,10 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
 
+# hypothesis is a development dependency of this project, not of the tool: its pytest plugin
+# imports hypothesis at the end of every pytest process (about 1 s), in every variant alike.
+NO_HYPOTHESIS = {"PYTEST_ADDOPTS": "-p no:hypothesispytest"}
+
 
 def zoo_repo(folder: Path, extra: dict[str, str] | None = None) -> Path:
     """The zoo, its tests and config (reference: HEAD) committed in `folder / "repo"`, with

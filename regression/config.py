@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,13 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
     return settings
 
 
+SETTING_NAMES = frozenset({
+    "reference", "references", "subject", "packages", "path", "tests", "harness",
+    "determinism", "seed", "threads", "deterministic_algorithms", "device", "fingerprint",
+    "cache_dir", "shards", "durations", "pins"})
+"""Every setting's name, in any section: a set one is never taken for a misspelling."""
+
+
 class _Reader:
     """Typed access to one mapping of config.yaml; remembers which keys were read."""
 
@@ -198,7 +206,10 @@ class _Reader:
         self.known.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                raise self._error(key, "missing; this setting is required")
+                typo = _closest(key, [k for k in self.data
+                                      if isinstance(k, str) and k not in SETTING_NAMES])
+                hint = f" ({typo!r} is set: did you mean {key!r}?)" if typo else ""
+                raise self._error(key, f"missing; this setting is required{hint}")
             return None
         return self.data[key]
 
@@ -316,6 +327,14 @@ class _Reader:
     def reject_unknown(self) -> None:
         unknown = sorted(str(k) for k in self.data if k not in self.known)
         if unknown:
+            meant = _closest(unknown[0], sorted(self.known))
+            hint = f"did you mean {meant!r}? " if meant else ""
             raise self._error(
-                unknown[0], f"unknown setting; known here: {', '.join(sorted(self.known))}"
+                unknown[0], f"unknown setting; {hint}known here: {', '.join(sorted(self.known))}"
             )
+
+
+def _closest(name: str, candidates: list[str]) -> str:
+    """The candidate `name` is most likely a misspelling of, or ""."""
+    matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+    return matches[0] if matches else ""

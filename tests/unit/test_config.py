@@ -499,3 +499,26 @@ def test_a_link_to_the_cache_folder_is_resolved_and_checked_where_it_leads(
     monkeypatch.setenv(CACHE_DIR_ENV, "root-link")
     with pytest.raises(ConfigError, match="is the project folder"):
         settings.cache_dir  # noqa: B018 - the property checks
+
+
+@pytest.mark.parametrize(("text", "key", "hint"), [
+    ("refrence: v1\nsubject: {packages: [zoo]}\n", "reference",
+     "missing; this setting is required ('refrence' is set: did you mean 'reference'?)"),
+    ("reference: v1\nsubject: {packages: [zoo]}\ndeterminsm: {seed: 1}\n", "determinsm",
+     "unknown setting; did you mean 'determinism'? known here: "),
+    ("reference: v1\nsubject: {packages: [zoo], pth: src}\n", "subject.pth",
+     "unknown setting; did you mean 'path'? known here: "),
+])
+def test_a_misspelt_setting_is_named_with_what_was_meant(tmp_path: Path, text: str, key: str,
+                                                          hint: str) -> None:
+    error = config_error(tmp_path, text)
+    assert error.key == key
+    assert hint in str(error)
+
+
+def test_a_real_setting_is_never_offered_as_a_misspelling(tmp_path: Path) -> None:
+    error = config_error(tmp_path, "references: {x: v1}\nsubject: {packages: [zoo]}\n")
+    assert error.key == "reference"
+    assert str(error).endswith("missing; this setting is required")
+    far = config_error(tmp_path, "reference: v1\nsubject: {packages: [zoo]}\ncolour: blue\n")
+    assert "did you mean" not in str(far)
