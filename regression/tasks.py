@@ -20,7 +20,7 @@ from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from .report import generation_lines
 from .runner import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
     collect, resolve, run_check_process, select_shard
-from .shard import ShardSpec, parse_shard
+from .shard import ShardSpec, assign, parse_shard
 from .shard import table as shard_table
 
 T = TypeVar("T")
@@ -191,7 +191,7 @@ def key(c: Context, reference: str | None = None, shard: str | None = None,
     _translate(lambda: _key(reference, shard, explain, github_output))
 
 
-def _shards(count: int) -> None:
+def _shards(count: int, list_cases: bool) -> None:
     if count < 1:
         raise RegressionError(f"--count {count}: there must be at least one shard")
     settings = _settings()
@@ -203,12 +203,18 @@ def _shards(count: int) -> None:
     print(f"{'shard':>5}  {'cases':>5}  {'est. seconds':>12}")
     for index, cases, seconds in shard_table(suite.cases, count, durations, settings.pins):
         print(f"{index:>5}  {cases:>5}  {seconds:>12.2f}")
+    if list_cases:
+        for index, members in enumerate(assign(suite.cases, count, durations, settings.pins)):
+            print(f"shard {index + 1}/{count}:")
+            for case in sorted(members):
+                print(f"  {case}")
 
 
-@task(help={"count": "number of shards (default 4)"})
-def shards(c: Context, count: int = 4) -> None:
+@task(help={"count": "number of shards (default 4)",
+            "list": "also list the cases of each shard"})
+def shards(c: Context, count: int = 4, list_: bool = False) -> None:
     """Print how the cases split into shards: shard, cases, estimated seconds."""
-    _translate(lambda: _shards(count))
+    _translate(lambda: _shards(count, list_))
 
 
 def _cache_dir() -> Path:
