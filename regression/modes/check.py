@@ -46,6 +46,8 @@ class Checker:
         self.ran: set[str] = set()
         self.error_reasons: dict[str, str] = {}
         self.finish_errors: list[str] = []
+        self.failed_on_outputs: set[str] = set()
+        """Cases that pytest_runtest_call failed because their outputs differ."""
         self.subject_root = Path(job.subject_root).resolve() if job and job.subject_root \
             else None
 
@@ -230,6 +232,7 @@ class Checker:
         sink = self.sinks.get(item.nodeid)
         failure = sink.failure() if sink is not None else None
         if failure:
+            self.failed_on_outputs.add(item.nodeid)
             pytest.fail(failure, pytrace=False)
         return result
 
@@ -277,7 +280,7 @@ class Checker:
         if failure and not report.failed:  # a skip or xfail after a differing check
             report.outcome = "failed"
             report.longrepr = failure
-        elif failure and failure not in report.longreprtext:  # the test failed on its own
+        elif failure and item.nodeid not in self.failed_on_outputs:  # it failed on its own
             report.sections.append(("torch-regression: outputs that differ", failure))
         elif report.skipped and sink.in_reference:
             report.outcome = "failed"
