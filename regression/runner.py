@@ -100,22 +100,68 @@ def _xdist_args(job: Job | None) -> tuple[str, ...]:
     return ("-n", str(workers))
 
 
-def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
-            capture: bool) -> subprocess.CompletedProcess[str]:
-    args = [*_xdist_args(job), *args]
+def _child_environment(settings: Settings, job_file: Path | None) -> dict[str, str]:
+    """The environment of a pytest run for `settings`: no GIT_* (a hook's), no xdist worker
+    variables (a worker's child is none), our cache, and the job, if any."""
     env = {k: v for k, v in git_environment(os.environ).items()
-           if k != JOB_ENV and not k.startswith("PYTEST_XDIST_")}  # a worker's child is none
+           if k != JOB_ENV and not k.startswith("PYTEST_XDIST_")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
+    if job_file is not None:
+        env[JOB_ENV] = str(job_file)
+    return env
+
+
+def _pytest_args(settings: Settings, args: Sequence[str], job: Job | None) -> list[str]:
+    return [*ISOLATION, "--rootdir", str(settings.root), *_xdist_args(job), *args]
+
+
+def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
+            capture: bool) -> subprocess.CompletedProcess[str]:
+    """Run pytest in a new process in the root."""
     with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
+        job_file = None
         if job is not None:
-            path = Path(folder) / "job.json"
-            job.save(path)
-            env[JOB_ENV] = str(path)
-        command = [sys.executable, "-m", "pytest", *ISOLATION, "--rootdir", str(settings.root),
-                   *args]
-        return subprocess.run(command, cwd=settings.root, env=env, text=True,
+            job_file = Path(folder) / "job.json"
+            job.save(job_file)
+        command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
+        return subprocess.run(command, cwd=settings.root,
+                              env=_child_environment(settings, job_file), text=True,
                               capture_output=capture, check=False)
+
+
+@contextmanager
+def _started_as_pytest(settings: Settings, job_file: Path) -> Iterator[None]:
+    """This process as `python -m pytest` in the root would start: that folder current and
+    first on sys.path, the child's environment, no bytecode written; all restored after."""
+    folder, path, environ = os.getcwd(), list(sys.path), dict(os.environ)
+    bytecode = sys.dont_write_bytecode
+    child = _child_environment(settings, job_file)
+    try:
+        os.chdir(settings.root)
+        sys.path.insert(0, str(settings.root))
+        os.environ.clear()
+        os.environ.update(child)
+        sys.dont_write_bytecode = True
+        yield
+    finally:
+        sys.dont_write_bytecode = bytecode
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.path[:] = path
+        os.chdir(folder)
+
+
+def _pytest_here(settings: Settings, args: Sequence[str], job: Job) -> int:
+    """Run pytest in this process, as `_pytest` would in a new one: no second Python, no
+    second import of what this one has loaded (GitPython, our package)."""
+    import pytest
+
+    with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
+        job_file = Path(folder) / "job.json"
+        job.save(job_file)
+        with _started_as_pytest(settings, job_file):
+            return int(pytest.main(_pytest_args(settings, args, job)))
 
 
 def _tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
@@ -311,21 +357,21 @@ def check_job(reference: Reference, *, shard: ShardSpec | None = None,
                force=force, workers=workers)
 
 
-def run_check_process(reference: Reference, job: Job, args: Sequence[str],
-                      capture: bool) -> tuple[int, dict[str, Any] | None, str]:
-    """Start the one pytest process of `invoke test` or `invoke gen`.
+def run_check(reference: Reference, job: Job,
+              args: Sequence[str]) -> tuple[int, dict[str, Any] | None]:
+    """The one pytest run of `invoke test` or `invoke gen`, in this process.
 
-    Returns its exit code, its result (None if it wrote none) and, when captured, the tail
-    of its output. An error it reports as data is raised here as the same error.
+    Returns its exit code and its result (None if it wrote none). An error it reports as
+    data is raised here as the same error.
     """
     settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
-        process = _pytest(settings, [*args, *settings.tests], job, capture)
+        code = _pytest_here(settings, [*args, *settings.tests], job)
         result = job.read_result()
     if result and "error" in result:
         raise error_from_data(result)
-    return process.returncode, result, _tail(process) if capture else ""
+    return code, result
 
 
 def cache_key(suite: Suite) -> str:

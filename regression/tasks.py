@@ -19,7 +19,7 @@ from .durations import read_durations
 from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from .report import generation_lines
 from .runner import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
-    collect, resolve, run_check_process, select_shard
+    collect, resolve, run_check, select_shard
 from .shard import ShardSpec, assign, parse_shard
 from .shard import table as shard_table
 
@@ -53,7 +53,7 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
     spec = parse_shard(shard_spec) if shard_spec else None
     job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
                     workers=_workers(workers))
-    code, result, _ = run_check_process(resolved, job, [], capture=False)
+    code, result = run_check(resolved, job, [])
     if result is None or code:
         raise RegressionError(f"the generation at {resolved.label} stopped (pytest exit "
                               f"{code}) before it finished; its output is above")
@@ -104,7 +104,7 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
         args.append(f"--regression-durations={resolved.settings.durations_file}")
     job = check_job(resolved, shard=spec, subject_root=subject_root,
                     gen=GEN_NEVER if no_gen else GEN_AUTO, workers=workers)
-    return run_check_process(resolved, job, args, capture=False)[0]
+    return run_check(resolved, job, args)[0]
 
 
 def _exit_with(code: int) -> None:

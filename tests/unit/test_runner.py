@@ -1,0 +1,46 @@
+"""The check run starts in the invoke process as `python -m pytest` would in a new one."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from regression.config import CACHE_DIR_ENV, Settings
+from regression.job import JOB_ENV
+from regression.runner import _started_as_pytest
+
+
+def _state() -> tuple[str, list[str], dict[str, str], bool]:
+    return os.getcwd(), list(sys.path), dict(os.environ), sys.dont_write_bytecode
+
+
+def test_pytest_here_sees_the_root_and_the_child_environment_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_DIR", "/elsewhere/.git")  # as a git hook exports it
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    monkeypatch.setenv("KEPT", "yes")
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    settings = Settings(path=tmp_path / "config.yaml", reference="HEAD", subject_packages=("s",))
+    before = _state()
+    with _started_as_pytest(settings, tmp_path / "job.json"):
+        assert Path.cwd() == tmp_path
+        assert sys.path[0] == str(tmp_path)  # where `python -m` puts the current folder
+        assert "GIT_DIR" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ
+        assert os.environ["KEPT"] == "yes"
+        assert os.environ[JOB_ENV] == str(tmp_path / "job.json")
+        assert os.environ[CACHE_DIR_ENV] == str(settings.cache_dir)
+        assert sys.dont_write_bytecode
+    assert _state() == before
+
+
+def test_what_the_run_changed_is_undone_also_when_it_raises(tmp_path: Path) -> None:
+    settings = Settings(path=tmp_path / "config.yaml", reference="HEAD", subject_packages=("s",))
+    before = _state()
+    with pytest.raises(KeyboardInterrupt), _started_as_pytest(settings, tmp_path / "job.json"):
+        os.environ["SET_BY_A_TEST"] = "1"
+        sys.path.append("added")
+        raise KeyboardInterrupt
+    assert _state() == before
