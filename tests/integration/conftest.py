@@ -9,6 +9,14 @@ from pathlib import Path
 import pytest
 from helpers import (PROJECT, TASKS, Mounts, Repo, init_repo, make_subject_repo, mount_refused,
                      output)
+from warm_python import WARM
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_python() -> Iterator[None]:
+    """The warm Python behind `Repo.invoke`, stopped when the session ends."""
+    yield
+    WARM.stop()
 
 
 @pytest.fixture

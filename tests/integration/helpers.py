@@ -10,6 +10,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from warm_python import WARM, reads_at_load
+
 PROJECT = Path(__file__).resolve().parents[2]
 
 CONFIG = """\
@@ -89,10 +91,17 @@ class Repo:
         return with_addopts(env)
 
     def invoke(self, *args: str, python: str = sys.executable,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([python, "-m", "invoke", *args], cwd=self.path,
-                              env=with_addopts({**self.env(), **(env or {})}),
-                              text=True, capture_output=True, check=False, timeout=600)
+               env: dict[str, str] | None = None,
+               process: bool = False) -> subprocess.CompletedProcess[str]:
+        """`python -m invoke ARGS` here: a fork of a warm Python (see warm_python.py) unless
+        told to start a `process`, given another `python`, or an `env` torch reads as it
+        loads."""
+        environment = with_addopts({**self.env(), **(env or {})})
+        if process or python != sys.executable or reads_at_load(env or {}):
+            return subprocess.run([python, "-m", "invoke", *args], cwd=self.path,
+                                  env=environment, text=True, capture_output=True, check=False,
+                                  timeout=600)
+        return WARM.invoke(self.path, args, environment)
 
     def pytest(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],

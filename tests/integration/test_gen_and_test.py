@@ -11,7 +11,7 @@ from helpers import SUBJECT, Repo, output, stored_files
 
 
 def test_reference_from_annotated_tag_is_identical(subject_repo: Repo) -> None:
-    done = subject_repo.invoke("test")
+    done = subject_repo.invoke("test", process=True)  # end to end: a real `python -m invoke`
     assert done.returncode == 0, output(done)
     assert "recorded 1 cases" in output(done)
     assert "1 case: 1 identical, 0 changed" in output(done)
@@ -69,8 +69,8 @@ def test_working_tree_index_stash_and_head_are_untouched(subject_repo: Repo) -> 
     subject_repo.git("add", "staged.txt")
     subject_repo.write("untracked.txt", "untracked\n")
     before = subject_repo.snapshot()
-    assert subject_repo.invoke("gen").returncode == 0
-    assert subject_repo.invoke("test").returncode == 0
+    assert subject_repo.invoke("gen", process=True).returncode == 0
+    assert subject_repo.invoke("test", process=True).returncode == 0
     assert subject_repo.snapshot() == before
 
 

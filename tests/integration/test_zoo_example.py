@@ -81,7 +81,7 @@ def test_two_workers_record_every_case_and_report_each_once(zoo: Repo, zoo_init:
     assert gen.returncode == 0, output(gen)
     assert "recorded 26 cases, reused 0" in gen.stdout
     assert "nothing generated" in fresh.invoke("gen").stdout  # every case was stored
-    done = fresh.invoke("test", "--workers", "2")
+    done = fresh.invoke("test", "--workers", "2", process=True)  # xdist in a real invoke
     text = output(done)
     assert done.returncode == 0, text
     assert text.count("26 cases: 26 identical, 0 changed") == 1

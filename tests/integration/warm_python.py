@@ -1,0 +1,116 @@
+"""`python -m invoke ARGS`, each run in a fork of one Python that has already imported torch.
+
+A warm `invoke test` is one process that imports torch (2-3 s of CPU here) and then does a
+fraction of a second of work; the suite runs about a hundred of them. Each run here is a
+fresh fork of a server process that imported torch, pytest, invoke and our package once and
+has run nothing: a new process for every run (its own folder, environment, modules and torch
+state, exit code and output), as `python -m invoke` would be, without the imports. Recording
+still starts its own Python, as in real use.
+
+Not for runs whose environment changes what torch reads when it loads (OMP_*, MKL_* and the
+like): `Repo.invoke` starts a real process for those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# Read by torch or its libraries when they load, so a fork would not see a change of them.
+READ_AT_LOAD = ("OMP_", "KMP_", "MKL_", "GOMP_", "ONEDNN_", "DNNL_", "ATEN_", "TORCH_",
+                "OPENBLAS_", "LD_")
+
+SERVER = r'''
+import json, os, sys, traceback
+import git, invoke, pytest, torch
+import regression.plugin, regression.tasks
+from invoke import Program, __version__
+
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:  # the run: as `python -m invoke ARGS` started in request["cwd"]
+        code = 1
+        try:
+            for fd, name, flags in ((0, os.devnull, os.O_RDONLY),
+                                    (1, request["out"], os.O_WRONLY),
+                                    (2, request["err"], os.O_WRONLY)):
+                os.dup2(os.open(name, flags), fd)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            sys.path[0] = request["cwd"]
+            sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+            sys.argv = ["invoke", *request["args"]]
+            program = Program(name="Invoke", binary="inv[oke]",
+                              binary_names=["invoke", "inv"], version=__version__)
+            try:
+                program.run(sys.argv)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+                if isinstance(exc.code, str):
+                    print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), flush=True)
+'''
+
+
+class WarmPython:
+    """One server per test process, started at first use; each run is a fork of it."""
+
+    def __init__(self) -> None:
+        self.server: subprocess.Popen[str] | None = None
+
+    def _started(self) -> subprocess.Popen[str]:
+        if self.server is None or self.server.poll() is not None:
+            self.server = subprocess.Popen([sys.executable, "-c", SERVER],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           text=True, cwd=Path(__file__).parent)
+        return self.server
+
+    def invoke(self, cwd: Path, args: Sequence[str],
+               env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+        """`python -m invoke ARGS` in `cwd` with exactly `env`, as a finished process."""
+        server = self._started()
+        assert server.stdin is not None and server.stdout is not None
+        with tempfile.TemporaryDirectory(prefix="warm-python-") as folder:
+            out, err = Path(folder) / "out", Path(folder) / "err"
+            out.touch()
+            err.touch()
+            server.stdin.write(json.dumps({"cwd": str(cwd), "args": list(args), "env": dict(env),
+                                           "out": str(out), "err": str(err)}) + "\n")
+            server.stdin.flush()
+            reply = server.stdout.readline()
+            if not reply:
+                raise RuntimeError(f"the warm Python ended (exit {server.wait()})")
+            code = int(json.loads(reply)["code"])
+            return subprocess.CompletedProcess(["invoke", *args], code,
+                                               out.read_text(errors="replace"),
+                                               err.read_text(errors="replace"))
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait()
+            self.server = None
+
+
+WARM = WarmPython()
+
+
+def reads_at_load(env: Mapping[str, str]) -> bool:
+    """Whether `env` sets a variable that torch or its libraries read only when they load."""
+    return any(name.startswith(READ_AT_LOAD) for name in env)
