@@ -8,7 +8,9 @@
 3. How many processes import torch in a warm and in a cold `invoke test`.
 
 Rounds are interleaved (each round runs every variant once) and the medians are compared,
-so machine noise hits all variants alike. Prints ratios; quote those, not seconds.
+so machine noise hits all variants alike. Prints ratios of wall time and of CPU time
+(user + system of the processes a variant starts: steadier on a busy machine); quote those,
+not seconds.
 
 Usage: .venv/bin/python bench/overhead.py [--rounds N]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -168,14 +171,29 @@ class Bench:
         return len(self.imports.read_text().split()) if self.imports.exists() else 0
 
 
-def medians(works: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
-    samples: dict[str, list[float]] = {name: [] for name in works}
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every finished child process so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def samples(works: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[tuple[float,
+                                                                                        float]]]:
+    """(wall, CPU) seconds of each variant in each round, the variants interleaved."""
+    taken: dict[str, list[tuple[float, float]]] = {name: [] for name in works}
     for _ in range(rounds):
         for name, work in works.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), _children_cpu()
             work()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
+            taken[name].append((time.perf_counter() - start, _children_cpu() - cpu))
+    return taken
+
+
+def ratio(taken: dict[str, list[tuple[float, float]]], over: list[str], under: str,
+          which: int) -> float:
+    """Median of the `over` variants' samples / median of `under`'s (which: 0 wall, 1 CPU)."""
+    mine = statistics.median(sample[which] for name in over for sample in taken[name])
+    return mine / statistics.median(sample[which] for sample in taken[under])
 
 
 def main() -> None:
@@ -185,19 +203,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="torch-regression-overhead-") as folder:
         bench = Bench(Path(folder))
         bench.cold()  # the warm variant needs a filled cache; also warms the file cache
-        times = medians({"warm": bench.warm, "plain": bench.plain, "cold": bench.cold,
+        taken = samples({"warm": bench.warm, "plain": bench.plain, "cold": bench.cold,
                          "open_clip": bench.open_clip_flow, "warm again": bench.warm},
                         rounds)
         warm_processes = bench.torch_processes(bench.warm)
         cold_processes = bench.torch_processes(bench.cold)
-    warm = statistics.median([times["warm"], times["warm again"]])
     print(f"medians of {rounds} interleaved rounds on the example zoo (seconds):")
-    for name, seconds in times.items():
-        print(f"  {name:12} {seconds:7.2f}")
-    print(f"warm invoke test / plain pytest:            {warm / times['plain']:.2f}")
-    print(f"cold invoke test / open_clip-style flow:    {times['cold'] / times['open_clip']:.2f}")
+    print(f"  {'variant':12} {'wall':>7} {'CPU':>7}")
+    for name, values in taken.items():
+        print(f"  {name:12} {statistics.median(v[0] for v in values):7.2f} "
+              f"{statistics.median(v[1] for v in values):7.2f}")
+    for label, over, under in (("warm invoke test / plain pytest:        ", ["warm", "warm again"],
+                                "plain"),
+                               ("cold invoke test / open_clip-style flow:", ["cold"],
+                                "open_clip")):
+        print(f"{label} {ratio(taken, over, under, 0):.2f} wall, "
+              f"{ratio(taken, over, under, 1):.2f} CPU")
     print(f"processes importing torch: warm {warm_processes}, cold {cold_processes}")
-
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import xxhash
-from filelock import FileLock
 
 from .errors import CacheError, CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from .fingerprint import FORMAT_VERSION, differing_parts, key_of
@@ -120,6 +119,8 @@ class EntryLock:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lock_file = str(path)
+        from filelock import FileLock  # 30 ms to import: only runs that record or prune
+
         self._lock = FileLock(self.lock_file)
 
     @property
