@@ -52,6 +52,9 @@ class Job:
     """Check with GEN_ONLY: record every case again."""
     workers: int = 0
     """Check and record: pytest-xdist workers for recording (0: one process)."""
+    selection: str = ""
+    """Check: how the user chose the cases to run (`-k EXPR`, node ids); empty for all. The
+    cases it leaves out are neither recorded nor missed."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")

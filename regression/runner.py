@@ -349,17 +349,18 @@ def _record_error(reference: Reference, kind: str, message: str) -> RegressionEr
 
 def check_job(reference: Reference, *, shard: ShardSpec | None = None,
               subject_root: Path | None = None, gen: str = GEN_AUTO, force: bool = False,
-              workers: int = 0, result: str = "") -> Job:
-    """The job of a check process: the resolved reference and what to do about its cache."""
+              workers: int = 0, selection: str = "", result: str = "") -> Job:
+    """The job of a check run: the resolved reference and what to do about its cache."""
     return Job(mode=CHECK, result=result, config=str(reference.settings.path),
                reference=reference.sha, revision=reference.revision,
                subject_root=str(subject_root or ""), shard=str(shard or ""), gen=gen,
-               force=force, workers=workers)
+               force=force, workers=workers, selection=selection)
 
 
-def run_check(reference: Reference, job: Job,
-              args: Sequence[str]) -> tuple[int, dict[str, Any] | None]:
-    """The one pytest run of `invoke test` or `invoke gen`, in this process.
+def run_check(reference: Reference, job: Job, args: Sequence[str],
+              paths: Sequence[str] = ()) -> tuple[int, dict[str, Any] | None]:
+    """The one pytest run of `invoke test` or `invoke gen`, in this process, over `paths`
+    (node ids or folders; config.yaml's `tests` when none).
 
     Returns its exit code and its result (None if it wrote none). An error it reports as
     data is raised here as the same error.
@@ -367,7 +368,7 @@ def run_check(reference: Reference, job: Job,
     settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
-        code = _pytest_here(settings, [*args, *settings.tests], job)
+        code = _pytest_here(settings, [*args, *(paths or settings.tests)], job)
         result = job.read_result()
     if result and "error" in result:
         raise error_from_data(result)

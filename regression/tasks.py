@@ -18,6 +18,7 @@ from .errors import RegressionError
 from .durations import read_durations
 from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from .report import generation_lines
+from .selection import Selection, selection
 from .runner import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
     collect, resolve, run_check, select_shard
 from .shard import ShardSpec, assign, parse_shard
@@ -39,6 +40,9 @@ def _translate(work: Callable[[], T]) -> T:
 
 
 SHARD_HELP = "only shard i of n (1-based), e.g. 2/4; every case is in exactly one shard"
+K_HELP = "only the cases whose names match this pytest -k expression, e.g. 'vit and not large'"
+CASE_HELP = ("only this case: a node id as pytest prints it (tests/test_x.py::test_y[a]) or a "
+             "test file; repeat for more")
 WORKERS_HELP = ("run in N pytest-xdist processes (recording too); 1: one process, whatever "
                 "addopts says; left out: as addopts says, recording in one process")
 
@@ -48,12 +52,14 @@ def _suite(reference: str | None, shard_spec: str | None) -> Suite:
     return select_shard(collect(resolve(_settings(), reference)), spec)
 
 
-def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: int) -> None:
+def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: int,
+         chosen: tuple[str | None, list[str] | None]) -> None:
     resolved = resolve(_settings(), reference)
     spec = parse_shard(shard_spec) if shard_spec else None
+    picked = selection(*chosen, resolved.settings.root, shard_spec)
     job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
-                    workers=_workers(workers))
-    code, result = run_check(resolved, job, [])
+                    workers=_workers(workers), selection=picked.describe())
+    code, result = run_check(resolved, job, picked.pytest_args(), picked.cases)
     if result is None or code:
         raise RegressionError(f"the generation at {resolved.label} stopped (pytest exit "
                               f"{code}) before it finished; its output is above")
@@ -63,11 +69,13 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
 
 
 @task(help={"reference": REFERENCE_HELP, "shard": SHARD_HELP,
-            "force": "regenerate every case, valid or not", "workers": WORKERS_HELP})
+            "force": "regenerate every case, valid or not", "workers": WORKERS_HELP,
+            "k": K_HELP, "case": CASE_HELP}, iterable=["case"])
 def gen(c: Context, reference: str | None = None, shard: str | None = None,
-        force: bool = False, workers: int = 0) -> None:
+        force: bool = False, workers: int = 0, k: str | None = None,
+        case: list[str] | None = None) -> None:
     """Generate the reference outputs, or reuse them when the cache holds valid ones."""
-    _translate(lambda: _gen(reference, shard, force, workers))
+    _translate(lambda: _gen(reference, shard, force, workers, (k, case)))
 
 
 def _workers(count: int) -> int:
@@ -93,9 +101,9 @@ def _xdist_option(workers: int) -> list[str]:
 
 def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bool,
            junitxml: str | None, store_durations: bool, subject_root: Path | None = None,
-           workers: int = 0) -> int:
-    """One pytest process: it records what is missing (unless `no_gen`), then checks."""
-    args = _xdist_option(workers)
+           workers: int = 0, picked: Selection = Selection()) -> int:
+    """One pytest run: it records what is missing (unless `no_gen`), then checks."""
+    args = [*_xdist_option(workers), *picked.pytest_args()]
     if strict:
         args.append("--regression-strict")
     if junitxml:
@@ -103,8 +111,9 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
     if store_durations:
         args.append(f"--regression-durations={resolved.settings.durations_file}")
     job = check_job(resolved, shard=spec, subject_root=subject_root,
-                    gen=GEN_NEVER if no_gen else GEN_AUTO, workers=workers)
-    return run_check(resolved, job, args)[0]
+                    gen=GEN_NEVER if no_gen else GEN_AUTO, workers=workers,
+                    selection=picked.describe())
+    return run_check(resolved, job, args, picked.cases)[0]
 
 
 def _exit_with(code: int) -> None:
@@ -120,15 +129,20 @@ def _exit_with(code: int) -> None:
     "no-gen": "never generate: stop with the reason when a reference is missing or invalid",
     "store-durations": "record the seconds each case takes, for balancing shards",
     "workers": WORKERS_HELP,
-})
+    "k": K_HELP,
+    "case": CASE_HELP,
+}, iterable=["case"])
 def test(c: Context, reference: str | None = None, shard: str | None = None,
          strict: bool = False, junitxml: str | None = None, no_gen: bool = False,
-         store_durations: bool = False, workers: int = 0) -> None:
+         store_durations: bool = False, workers: int = 0, k: str | None = None,
+         case: list[str] | None = None) -> None:
     """Generate what is missing, then check the working tree against the reference."""
     def work() -> int:
         spec = parse_shard(shard) if shard else None
-        return _check(resolve(_settings(), reference), spec, no_gen, strict, junitxml,
-                      store_durations, workers=_workers(workers))
+        resolved = resolve(_settings(), reference)
+        picked = selection(k, case, resolved.settings.root, shard)
+        return _check(resolved, spec, no_gen, strict, junitxml, store_durations,
+                      workers=_workers(workers), picked=picked)
     _exit_with(_translate(work))
 
 

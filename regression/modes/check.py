@@ -120,6 +120,8 @@ class Checker:
         self.collected = {i.nodeid for i in everything}
         if self.job is not None:
             self.expected = self._expected(everything)
+            if self.job.selection:  # what the user left out is not missed
+                self.expected &= {i.nodeid for i in items}
         if not any(uses_fixture(i) for i in everything):
             self._write_result()
             return

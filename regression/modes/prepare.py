@@ -83,7 +83,9 @@ def prepare(reference: Reference, job: Job | None, items: list[pytest.Item],
         echo(f"shard {spec}: {len(suite.cases)} cases")
     runnable = {c: h for c, h in suite.cases.items() if c in selected}
     left_out = len(suite.cases) - len(runnable)
-    if job is not None and job.gen == GEN_ONLY and left_out:
+    if job is not None and job.selection:
+        echo(f"{len(runnable)} of {len(suite.cases)} cases selected by {job.selection}")
+    elif job is not None and job.gen == GEN_ONLY and left_out:
         echo(f"warning: {left_out} of {len(suite.cases)} cases deselected (-k, -m or "
              "--deselect in addopts or PYTEST_ADDOPTS) are not recorded")
     generation = None

@@ -179,3 +179,49 @@ def test_recording_stopped_early_by_addopts_stores_nothing_false(subject_repo: R
     assert done.returncode == 2, output(done)
     assert "never ran" in done.stderr and "-x" in done.stderr
     assert "tests/test_subj.py::test_forward" in done.stderr
+
+
+def test_k_and_node_ids_record_and_check_only_the_chosen_cases(subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_more.py", """\
+        import pytest
+        import subj
+
+
+        @pytest.mark.parametrize("n", [1, 2, 3])
+        def test_scaled(n, regression):
+            regression.check(subj.forward(regression.randn(2, 4)) * n, name="out")
+        """)
+    subject_repo.commit("three more cases")
+    gen = subject_repo.invoke("gen", "--reference", "HEAD", "-k", "scaled and not 3")
+    assert gen.returncode == 0, output(gen)
+    assert "2 of 4 cases selected by -k 'scaled and not 3'" in gen.stdout
+    assert "recorded 2 cases, reused 0" in gen.stdout
+    picked = subject_repo.invoke("test", "--reference", "HEAD", "--case",
+                                 "tests/test_more.py::test_scaled[3]", "--case",
+                                 "tests/test_subj.py")
+    assert picked.returncode == 0, output(picked)
+    assert "recording 2 of 2 cases" in picked.stdout  # test_scaled[3] and test_forward
+    assert "2 cases: 2 identical, 0 changed" in picked.stdout
+    assert "3 passed" in picked.stdout  # with test_plain, which uses no fixture
+    every = subject_repo.invoke("test", "--reference", "HEAD", "--no-gen")
+    assert every.returncode == 0, output(every)  # the two selections recorded all four
+    assert "4 cases: 4 identical" in every.stdout
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.5"))
+    changed = subject_repo.invoke("test", "--reference", "HEAD", "-k", "scaled and 2")
+    assert changed.returncode == 1, output(changed)
+    assert "CHANGED tests/test_more.py::test_scaled[2]" in changed.stdout
+    assert "test_scaled[1]" not in changed.stdout and "test_forward" not in changed.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--case", "tests/none.py::test_x"], "--case tests/none.py::test_x: there is no "
+                                           "tests/none.py in "),
+    (["-k", "forward", "--shard", "1/2"], "--shard 1/2 and -k 'forward' both choose cases; "
+                                          "use one"),
+])
+def test_bad_selection_is_a_clear_error(subject_repo: Repo, args: list[str],
+                                        message: str) -> None:
+    for task in ("test", "gen"):
+        done = subject_repo.invoke(task, *args)
+        assert done.returncode == 2, output(done)
+        assert message in done.stderr and "Traceback" not in output(done)
