@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Generator, NoReturn
 
@@ -97,6 +98,18 @@ class Checker:
         except RegressionError as exc:
             self._refuse(exc)
 
+    def _settings_if_any(self) -> Settings | None:
+        """config.yaml's settings, or None where there is no usable one (plain pytest in a
+        project without it): for hints, never an error."""
+        if self.loaded_settings is None and self.job is None:
+            from ..config import find_config, load_settings
+
+            try:
+                self.loaded_settings = load_settings(find_config(self.config.rootpath))
+            except RegressionError:
+                return None
+        return self.loaded_settings
+
     def _refuse(self, error: RegressionError) -> NoReturn:
         """Stop the run with `error`: data for the invoke task, a usage error for pytest."""
         if self.job is not None:
@@ -104,10 +117,20 @@ class Checker:
         raise pytest.UsageError(f"torch-regression: {error}") from None
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        """`invoke gen` has no terminal report: say which files failed to collect, and why."""
-        if self.gen_only and report.failed:
+        """`invoke gen` has no terminal report: say which files failed to collect, and why;
+        and when the subject itself is what could not be imported, say how to fix that."""
+        if not report.failed:
+            return
+        if self.gen_only:
             self._echo(f"error collecting {report.nodeid or 'the tests'}:\n"
                        f"{report.longreprtext.rstrip()}")
+        settings = self._settings_if_any()
+        hint = subject_not_importable(report.longreprtext,
+                                      settings.subject_packages if settings else ())
+        if hint and hint not in self.finish_errors:
+            self.finish_errors.append(hint)
+            if self.gen_only:
+                self._echo(hint)
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected.update((i.nodeid, i) for i in items)
@@ -431,3 +454,21 @@ class Checker:
             with open(path, "a", encoding="utf-8") as stream:
                 stream.write(markdown_summary(self.label or self.worker_label,
                                               self.outcomes.values()))
+
+
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def subject_not_importable(text: str, packages: tuple[str, ...]) -> str:
+    """What to do when a collection error is the subject missing from this environment;
+    "" when `text` is another error."""
+    for name in _NO_MODULE.findall(text):
+        top = name.split(".")[0]
+        if top in packages:
+            return (f"the subject package {top!r} cannot be imported in this environment (No "
+                    f"module named {name!r}). Your tests import it from here, as they would "
+                    "under plain pytest: install your project into this environment (`pip "
+                    "install -e .`) or add its folder to pytest's `pythonpath` setting. "
+                    "config.yaml's `subject.path` only says where it lives in the reference's "
+                    "worktree.")
+    return ""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SUBJECT, Repo, output, stored_files
+from helpers import CONFIG, SUBJECT, Repo, output, stored_files
 
 
 def test_reference_from_annotated_tag_is_identical(subject_repo: Repo) -> None:
@@ -225,3 +225,18 @@ def test_bad_selection_is_a_clear_error(subject_repo: Repo, args: list[str],
         done = subject_repo.invoke(task, *args)
         assert done.returncode == 2, output(done)
         assert message in done.stderr and "Traceback" not in output(done)
+
+
+def test_subject_not_importable_here_says_to_install_it(subject_repo: Repo) -> None:
+    subject_repo.git("mv", "subj", "src")
+    subject_repo.write("src/subj/__init__.py", SUBJECT.format(scale="1.0"))
+    subject_repo.write("config.yaml", CONFIG.format(reference="HEAD", path="src"))
+    subject_repo.commit("src layout, not installed")
+    for done in (subject_repo.invoke("test"), subject_repo.pytest("tests")):
+        assert done.returncode != 0, output(done)
+        text = output(done)
+        assert "No module named 'subj'" in text  # pytest's own collection error
+        assert "the subject package 'subj' cannot be imported in this environment" in text
+        assert "pip install -e ." in text and "Traceback (most recent" not in text
+    gen = subject_repo.invoke("gen")
+    assert gen.returncode == 2 and "pip install -e ." in gen.stdout, output(gen)
