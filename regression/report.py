@@ -24,6 +24,11 @@ class CaseOutcome:
     nodeid: str
     outcome: str
     detail: str = ""
+    outputs: tuple[str, ...] = ()
+    """A changed case: each differing output (or leaf of one) in one line."""
+    path: str = ""
+    """The test's file, relative to the rootdir, and its line (1-based): where CI points."""
+    line: int = 0
 
 
 def mismatch_message(reference: str, changed: Sequence[tuple[str, Sequence[Difference]]],
@@ -74,11 +79,40 @@ def markdown_summary(reference: str, outcomes: Iterable[CaseOutcome]) -> str:
     text = f"### Regression against {reference}\n\n| outcome | cases |\n| --- | --- |\n{rows}\n"
     problems = [o for o in outcomes if o.outcome != IDENTICAL]
     if problems:
-        text += "\n" + "\n".join(
-            f"- **{o.outcome}** `{o.nodeid}`" + (f": {_first_line(o.detail)}" if o.detail else "")
-            for o in problems
-        ) + "\n"
+        text += "\n" + "\n".join(_markdown_problem(o) for o in problems) + "\n"
     return text
+
+
+def _markdown_problem(outcome: CaseOutcome) -> str:
+    """A case that is not identical; a changed one with each differing output under it."""
+    if outcome.outputs:
+        return "\n".join([f"- **{outcome.outcome}** `{outcome.nodeid}`",
+                          *(f"  - `{line}`" for line in outcome.outputs)])
+    detail = f": {_first_line(outcome.detail)}" if outcome.detail else ""
+    return f"- **{outcome.outcome}** `{outcome.nodeid}`{detail}"
+
+
+def github_annotations(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
+    """GitHub Actions workflow commands: an error on the test's line for each changed case."""
+    lines = []
+    for outcome in outcomes:
+        if outcome.outcome != CHANGED or not outcome.path:
+            continue
+        title = f"{outcome.nodeid} changed against {reference}"
+        message = "\n".join(outcome.outputs) or outcome.detail
+        lines.append(f"::error file={_property(outcome.path)},line={outcome.line},"
+                     f"title={_property(title)}::{_data(message)}")
+    return lines
+
+
+def _data(text: str) -> str:
+    """`text` as the message of a workflow command (GitHub's escaping)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    """`text` as a property value of a workflow command."""
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def _first_line(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Generator, NoReturn
 
@@ -12,7 +13,7 @@ import pytest
 from ..errors import RegressionError, StoreError
 from ..job import GEN_ONLY, Job
 from ..report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, generation_lines, \
-    markdown_summary, not_run_lines, summary_lines
+    github_annotations, markdown_summary, not_run_lines, summary_lines
 from .common import exception_reason, report_reason, traceback_frames, uses_fixture
 
 if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
@@ -331,7 +332,10 @@ class Checker:
 
     def _outcome(self, nodeid: str, sink: CheckSink, report: pytest.TestReport) -> CaseOutcome:
         if sink.changed:
-            return CaseOutcome(nodeid, CHANGED, sink.detail())
+            path, line, _ = report.location
+            return CaseOutcome(nodeid, CHANGED, sink.detail(),
+                               tuple(str(d) for d in sink.differences), path,
+                               (line or 0) + 1)
         if report.failed or (report.skipped and sink.in_reference):
             return CaseOutcome(nodeid, ERROR, self._reason(report))
         if not sink.checked:
@@ -392,7 +396,7 @@ class Checker:
 
     def _worker_data(self) -> dict[str, object]:
         return {"expected": sorted(self.expected or ()), "label": self.label,
-                "outcomes": [[o.nodeid, o.outcome, o.detail] for o in self.outcomes.values()],
+                "outcomes": [asdict(o) for o in self.outcomes.values()],
                 "errors": self.finish_errors, "durations": self.durations}
 
     @pytest.hookimpl(optionalhook=True)
@@ -403,8 +407,9 @@ class Checker:
             return
         self.expected = (self.expected or set()) | set(data["expected"])
         self.worker_label = self.worker_label or data["label"]
-        for nodeid, outcome, detail in data["outcomes"]:
-            self.outcomes[nodeid] = CaseOutcome(nodeid, outcome, detail)
+        for fields in data["outcomes"]:
+            outcome = CaseOutcome(**{**fields, "outputs": tuple(fields["outputs"])})
+            self.outcomes[outcome.nodeid] = outcome
         self.finish_errors += [e for e in data["errors"] if e not in self.finish_errors]
         self.durations.update(data["durations"])
 
@@ -440,6 +445,10 @@ class Checker:
             terminalreporter.section("torch-regression")
             for line in lines:
                 terminalreporter.write_line(line)
+        if os.environ.get("GITHUB_ACTIONS") == "true" and lines:
+            for annotation in github_annotations(self.label or self.worker_label,
+                                                 self.outcomes.values()):
+                terminalreporter.write_line(annotation)
 
     def summary(self) -> list[str]:
         if hasattr(self.config, "workerinput"):

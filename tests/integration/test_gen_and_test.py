@@ -134,7 +134,8 @@ def test_plain_pytest_records_what_is_missing_unless_told_not_to(subject_repo: R
     assert "recording" not in output(again)
 
 
-def test_every_differing_output_is_reported_in_one_failure(subject_repo: Repo) -> None:
+def test_every_differing_output_is_reported_in_one_failure(subject_repo: Repo,
+                                                           tmp_path: Path) -> None:
     subject_repo.write("tests/test_subj.py", """\
         import subj
 
@@ -153,9 +154,26 @@ def test_every_differing_output_is_reported_in_one_failure(subject_repo: Repo) -
     subject_repo.commit("three outputs, and a test that asserts")
     assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.5"))
-    done = subject_repo.invoke("test", "--reference", "HEAD")
+    step_summary = tmp_path / "step-summary.md"
+    done = subject_repo.invoke("test", "--reference", "HEAD", env={
+        "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step_summary)})
     text = output(done)
     assert done.returncode == 1, text
+    # Under GitHub Actions: an error annotation on each changed test's line, and the step
+    # summary lists each differing output in one line.
+    annotations = [line for line in done.stdout.splitlines() if line.startswith("::error ")]
+    assert [a.split("::")[1] for a in annotations] == [
+        "error file=tests/test_subj.py,line=4,"
+        "title=tests/test_subj.py%3A%3Atest_forward changed against "
+        f"{subject_repo.git('rev-parse', '--short=12', 'HEAD')} (HEAD)",
+        "error file=tests/test_subj.py,line=11,"
+        "title=tests/test_subj.py%3A%3Atest_fails_on_its_own changed against "
+        f"{subject_repo.git('rev-parse', '--short=12', 'HEAD')} (HEAD)"]
+    assert "%0A'scale': 1.5, reference 1.0" in annotations[0]
+    summary = step_summary.read_text()
+    assert "- **changed** `tests/test_subj.py::test_forward`\n  - `'out': float32[2, 3]: " \
+           "6 of 6 elements differ" in summary
+    assert "  - `'scale': 1.5, reference 1.0`" in summary
     failures = text.split("short test summary info")[0]  # the summary repeats it in full on CI
     assert failures.count("2 of 3 outputs are not bit-identical to the reference") == 1, text
     assert "'scale': 1.5, reference 1.0" in text

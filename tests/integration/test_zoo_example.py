@@ -86,7 +86,12 @@ def test_two_workers_record_every_case_and_report_each_once(zoo: Repo, zoo_init:
     assert done.returncode == 0, text
     assert text.count("26 cases: 26 identical, 0 changed") == 1
     zoo_init.write_text(zoo_init.read_text() + LINEAR_PATCH)
-    changed = fresh.invoke("test", "--workers", "2")
+    changed = fresh.invoke("test", "--workers", "2", env={"GITHUB_ACTIONS": "true"})
     text = output(changed)
     assert changed.returncode == 1, text
     assert text.count("CHANGED tests/regression/test_zoo.py::test_forward[mlp-tiny]") == 1
+    # the controller writes one annotation per changed case, from what the workers sent it
+    changed_cases = text.count("\nCHANGED tests/regression/test_zoo.py::")
+    annotations = [line for line in changed.stdout.splitlines() if line.startswith("::error ")]
+    assert len(annotations) == changed_cases > 0
+    assert sum("%3A%3Atest_forward[mlp-tiny] changed" in a for a in annotations) == 1

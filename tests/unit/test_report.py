@@ -9,6 +9,7 @@ from regression.report import (
     IDENTICAL,
     NEW,
     CaseOutcome,
+    github_annotations,
     markdown_summary,
     mismatch_message,
     not_run_lines,
@@ -109,3 +110,23 @@ def test_not_run_lines_list_each_case_and_why_then_cut_off() -> None:
                         "so it does not pass:")
     assert lines[1] == "  t.py::test_0: why _0"
     assert len(lines) == 22 and lines[-1] == "  ... and 5 more"
+
+
+CHANGED_TWICE = CaseOutcome("tests/test_m.py::test_f[a,b]", CHANGED, "'x': first (and 1 more)",
+                            ("'x': float32[2]: 1 of 2 elements differ; 100%: all",
+                             "'y'[0]: 3, reference 4"), "tests/test_m.py", 12)
+
+
+def test_markdown_summary_lists_each_differing_output_of_a_changed_case() -> None:
+    text = markdown_summary("r", [CHANGED_TWICE])
+    assert text.endswith("- **changed** `tests/test_m.py::test_f[a,b]`\n"
+                         "  - `'x': float32[2]: 1 of 2 elements differ; 100%: all`\n"
+                         "  - `'y'[0]: 3, reference 4`\n")
+
+
+def test_each_changed_case_is_one_error_annotation_on_its_line_escaped() -> None:
+    lines = github_annotations("abc (v1)", [*outcomes(), CHANGED_TWICE])
+    assert lines == [
+        "::error file=tests/test_m.py,line=12,"
+        "title=tests/test_m.py%3A%3Atest_f[a%2Cb] changed against abc (v1)::"
+        "'x': float32[2]: 1 of 2 elements differ; 100%25: all%0A'y'[0]: 3, reference 4"]
