@@ -23,6 +23,8 @@ CHECK = "check"
 GEN_AUTO = "auto"    # record what is missing or invalid, then check
 GEN_NEVER = "never"  # invoke test --no-gen: stop when a reference is missing
 GEN_ONLY = "only"    # invoke gen: record what is missing, run no test
+PROGRESS = "torch-regression progress: "
+"""A line of a recording's output that its parent shows live (the rest only on an error)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from .errors import CacheError, CacheWriteError, CollectionError, ConfigError, \
     ImportRedirectError, ReadOnlyError, RegressionError, StoreError, SubjectImportError, \
     error_from_data
 from .fingerprint import digest
-from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, RECORD, Job
+from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, PROGRESS, RECORD, Job
 from .shard import ShardSpec
 from .revision import describe, git_environment, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
     short
@@ -117,17 +118,60 @@ def _pytest_args(settings: Settings, args: Sequence[str], job: Job | None) -> li
 
 
 def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
-            capture: bool) -> subprocess.CompletedProcess[str]:
-    """Run pytest in a new process in the root."""
+            capture: bool, progress: Echo | None = None) -> subprocess.CompletedProcess[str]:
+    """Run pytest in a new process in the root; with `progress`, its output is captured and
+    its progress lines go to `progress` as they come."""
     with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
         job_file = None
         if job is not None:
             job_file = Path(folder) / "job.json"
             job.save(job_file)
         command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
-        return subprocess.run(command, cwd=settings.root,
-                              env=_child_environment(settings, job_file), text=True,
+        env = _child_environment(settings, job_file)
+        if progress is not None:
+            return _streamed(command, settings.root, env, progress)
+        return subprocess.run(command, cwd=settings.root, env=env, text=True,
                               capture_output=capture, check=False)
+
+
+def _streamed(command: list[str], cwd: Path, env: dict[str, str],
+              progress: Echo) -> subprocess.CompletedProcess[str]:
+    """Run `command`, its progress lines shown live, the rest kept. On Ctrl-C, the child
+    (which a terminal interrupts too) is given time to store what it finished."""
+    kept: list[str] = []
+    with subprocess.Popen(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT) as child:
+        assert child.stdout is not None
+        try:
+            for line in child.stdout:
+                before, marker, shown = line.partition(PROGRESS)  # after pytest's dots
+                if marker:
+                    progress(shown.rstrip("\n"))
+                    line = before
+                kept.append(line)
+            child.wait()
+        except KeyboardInterrupt:
+            _let_finish(child)
+            raise
+    return subprocess.CompletedProcess(command, child.returncode, "".join(kept), "")
+
+
+def _let_finish(child: subprocess.Popen[str]) -> None:
+    """Wait for an interrupted child to store what it finished: interrupt it if the signal
+    did not reach it, kill it if it does not end, or if the user interrupts again."""
+    try:
+        for signal_first, seconds in ((None, 2.0), (signal.SIGINT, 60.0)):
+            if signal_first is not None:
+                child.send_signal(signal_first)
+            try:
+                child.wait(timeout=seconds)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+    except KeyboardInterrupt:
+        pass
+    child.kill()
+    child.wait()
 
 
 @contextmanager
@@ -291,7 +335,7 @@ def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
         if todo:
             echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
                  f"{suite.reference.label} ...")
-            recorded = _record(suite, {nodeid: p.harness for nodeid, p in todo.items()})
+            recorded = _record(suite, {nodeid: p.harness for nodeid, p in todo.items()}, echo)
             result.recorded = [str(n) for n in recorded.get("recorded", [])]
             result.absent = {str(k): str(v) for k, v in recorded.get("absent", {}).items()}
             _require_all_ran(todo, result)
@@ -311,18 +355,25 @@ def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
         )
 
 
-def _record(suite: Suite, todo: dict[str, str]) -> dict[str, Any]:
+def _record(suite: Suite, todo: dict[str, str], echo: Echo) -> dict[str, Any]:
     reference = suite.reference
     settings = reference.settings
-    with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder, \
-            reference_worktree(reference.repo, reference.sha) as worktree:
-        job = Job(mode=RECORD, result=str(Path(folder) / "result.json"),
-                  config=str(settings.path), reference=reference.sha,
-                  subject_root=str(worktree / settings.subject_path),
-                  parts=suite.entry.parts, cases=todo, workers=suite.workers)
-        process = _pytest(settings, ["-q", "--no-header", "-rN", "--continue-on-collection-errors",
-                                     *settings.tests], job, True)
-        result = job.read_result()
+    try:
+        with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder, \
+                reference_worktree(reference.repo, reference.sha) as worktree:
+            job = Job(mode=RECORD, result=str(Path(folder) / "result.json"),
+                      config=str(settings.path), reference=reference.sha,
+                      subject_root=str(worktree / settings.subject_path),
+                      parts=suite.entry.parts, cases=todo, workers=suite.workers)
+            process = _pytest(settings, ["-q", "--no-header", "-rN",
+                                         "--continue-on-collection-errors", *settings.tests],
+                              job, True, progress=lambda line: echo(f"  {line}"))
+            result = job.read_result()
+    except KeyboardInterrupt:
+        kept = _still_valid(suite.entry, todo)
+        echo(f"recording interrupted: {kept} of {len(todo)} cases were stored and are kept; "
+             "the reference worktree was removed. `invoke gen` records the rest.")
+        raise
     if result is None:
         raise RegressionError(
             f"recording at {reference.label} stopped without a result "
@@ -331,6 +382,17 @@ def _record(suite: Suite, todo: dict[str, str]) -> dict[str, Any]:
     if "error" in result:
         raise _record_error(reference, str(result["error"]), str(result.get("message", "")))
     return result
+
+
+def _still_valid(entry: Entry, todo: dict[str, str]) -> int:
+    """How many of `todo` the entry now holds a valid reference of."""
+    count = 0
+    for nodeid, harness in todo.items():
+        try:
+            count += entry.valid_harness(nodeid) == harness
+        except RegressionError:
+            continue
+    return count
 
 
 def _record_error(reference: Reference, kind: str, message: str) -> RegressionError:

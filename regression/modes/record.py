@@ -17,7 +17,7 @@ from ..errors import DeterminismError, RegressionError
 from ..fingerprint import environment_parts
 from ..harness import extra_harness_files
 from ..importer import install_redirect, require_no_strays, verify_origins
-from ..job import Job
+from ..job import PROGRESS, Job
 from .common import exception_reason, report_reason, traceback_frames, uses_fixture
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
@@ -45,6 +45,25 @@ class Recorder:
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         """Under pytest-xdist: this worker's id; it stores the cases it ran."""
         self.from_workers: list[dict[str, Any]] = []
+        self.finished = 0
+        self.config: pytest.Config | None = None
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A line per wanted case as it finishes, for the parent to show: pytest's own
+        progress stays in the captured output. Under xdist the controller counts."""
+        if report.when != "teardown" or report.nodeid not in self.job.cases or self.worker \
+                or self.config is None:
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        self.finished += 1
+        reporter.ensure_newline()
+        reporter.write_line(f"{PROGRESS}[{self.finished}/{len(self.job.cases)}] "
+                                 f"{report.nodeid}", flush=True)
 
     def start(self) -> None:
         """Before conftests load: kernel settings, then the import redirect."""

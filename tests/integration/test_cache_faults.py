@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -250,6 +251,34 @@ def test_sigkill_during_gen_leaves_nothing_read_as_valid(big_repo: Repo, tmp_pat
     assert done.returncode == 0, output(done)
     assert "25 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
     assert len(repo.git("worktree", "list").splitlines()) == 1  # the killed run's was pruned
+
+
+def test_ctrl_c_while_recording_shows_progress_and_keeps_what_was_stored(
+        big_repo: Repo, tmp_path: Path) -> None:
+    repo = Repo(big_repo.path, tmp_path / "cache")
+    gen = subprocess.Popen([sys.executable, "-m", "invoke", "gen"], cwd=repo.path,
+                           env=repo.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    assert gen.stdout is not None
+    seen = []
+    for line in gen.stdout:  # progress, live: a line per case as it finishes
+        seen.append(line)
+        if line.startswith("  [3/25] tests/test_many.py::test_big["):
+            break
+    os.killpg(gen.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
+    text = "".join(seen) + gen.communicate(timeout=300)[0]
+    assert gen.returncode not in (0, None), text
+    said = re.search(r"recording interrupted: (\d+) of 25 cases were stored and are kept; "
+                     r"the reference worktree was removed\. `invoke gen` records the rest\.",
+                     text)
+    assert said, text
+    kept = int(said.group(1))
+    assert 3 <= kept < 25, text
+    assert len(repo.git("worktree", "list").splitlines()) == 1
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert f"recording {25 - kept} of 25 cases" in done.stdout  # the kept ones are reused
+    assert "25 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
 
 
 def _files(folder: Path) -> dict[str, tuple[bytes, int, int]]:
