@@ -20,6 +20,8 @@ from .nodes import tensor_names
 
 RECORDED = "recorded"
 ABSENT = "absent"
+NONDETERMINISTIC = "nondeterministic"
+"""Recorded, but two recordings at the reference differed: never compared."""
 ENTRY_FILE = "entry.json"
 LAST_USED = "last-used"
 CASES = "cases"
@@ -367,7 +369,7 @@ _TENSOR_FILE = re.compile(r"[0-9a-f]{16}\.[0-9a-f]{16}\.safetensors")
 
 def _shape_problem(body: dict[str, Any]) -> str:
     """What is wrong with the fields of a case record, "" when nothing."""
-    if body.get("status") not in (RECORDED, ABSENT):
+    if body.get("status") not in (RECORDED, ABSENT, NONDETERMINISTIC):
         return f"unknown status {body.get('status')!r}"
     if not isinstance(body.get("harness"), str) or not isinstance(body.get("reason"), str):
         return "harness and reason must be strings"

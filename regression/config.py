@@ -17,6 +17,7 @@ CACHE_DIR_ENV = "REGRESSION_CACHE_DIR"
 DEFAULT_CACHE_DIR = ".regression-cache"
 DEFAULT_DURATIONS = ".regression-durations.json"
 DEVICES = ("cpu", "cuda")
+MAX_REPEAT = 10
 
 T = TypeVar("T")
 
@@ -28,6 +29,9 @@ class Determinism:
     seed: int = 0
     threads: int = 1
     deterministic_algorithms: bool = True
+    repeat: int = 1
+    """Recordings of each case, each in its own process; from 2, a case whose recordings
+    differ is stored as nondeterministic. Not part of the cache key."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,7 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
             seed=determinism.integer("seed", 0, minimum=0, maximum=2**32 - 1),
             threads=determinism.integer("threads", 1, minimum=1),
             deterministic_algorithms=determinism.boolean("deterministic_algorithms", True),
+            repeat=determinism.integer("repeat", 1, minimum=1, maximum=MAX_REPEAT),
         ),
         device=reader.choice("device", DEVICES, "cpu"),
         fingerprint_packages=fingerprint.names("packages", required=False),
@@ -185,7 +190,8 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
 
 SETTING_NAMES = frozenset({
     "reference", "references", "subject", "packages", "path", "tests", "harness",
-    "determinism", "seed", "threads", "deterministic_algorithms", "device", "fingerprint",
+    "determinism", "seed", "threads", "deterministic_algorithms", "repeat", "device",
+    "fingerprint",
     "cache_dir", "shards", "durations", "pins"})
 """Every setting's name, in any section: a set one is never taken for a misspelling."""
 

@@ -54,6 +54,10 @@ class Job:
     """Check with GEN_ONLY: record every case again."""
     workers: int = 0
     """Check and record: pytest-xdist workers for recording (0: one process)."""
+    repeat: int = 0
+    """Check: recordings of each case to record (0: config.yaml's `determinism.repeat`)."""
+    verify: bool = False
+    """Record: compare each case's outputs with the stored ones instead of storing them."""
     selection: str = ""
     """Check: how the user chose the cases to run (`-k EXPR`, node ids); empty for all. The
     cases it leaves out are neither recorded nor missed."""

@@ -15,6 +15,8 @@ CHANGED = "changed"
 NEW = "not in reference"
 ERROR = "error"
 OUTCOMES = (IDENTICAL, CHANGED, NEW, ERROR)
+NONDETERMINISTIC = "nondeterministic"
+"""Its recordings at the reference differed: skipped, not compared; counted when it occurs."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
     outcomes = list(outcomes)
     counts = Counter(o.outcome for o in outcomes)
     total = len(outcomes)
-    head = ", ".join(f"{counts[name]} {_plural(name, counts[name])}" for name in OUTCOMES)
+    head = ", ".join(f"{counts[name]} {_plural(name, counts[name])}"
+                     for name in _shown(counts))
     lines = [f"reference {reference}: {total} {'case' if total == 1 else 'cases'}: {head}"]
     if total and counts[IDENTICAL] == total:
         lines.append(f"every case is bit-identical to the reference ({total} of {total})")
@@ -75,7 +78,7 @@ def markdown_summary(reference: str, outcomes: Iterable[CaseOutcome]) -> str:
     """The same report as Markdown, for a GitHub step summary."""
     outcomes = list(outcomes)
     counts = Counter(o.outcome for o in outcomes)
-    rows = "\n".join(f"| {name} | {counts[name]} |" for name in OUTCOMES)
+    rows = "\n".join(f"| {name} | {counts[name]} |" for name in _shown(counts))
     text = f"### Regression against {reference}\n\n| outcome | cases |\n| --- | --- |\n{rows}\n"
     problems = [o for o in outcomes if o.outcome != IDENTICAL]
     if problems:
@@ -115,6 +118,11 @@ def _property(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _shown(counts: Counter[str]) -> tuple[str, ...]:
+    """The outcomes a summary counts: the four always, nondeterministic when it occurs."""
+    return OUTCOMES + ((NONDETERMINISTIC,) if counts[NONDETERMINISTIC] else ())
+
+
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
@@ -142,4 +150,6 @@ def generation_lines(generation: Generation, total: int) -> list[str]:
     lines = [f"recorded {len(generation.recorded)} cases, reused {generation.reused}"]
     lines += [f"not in reference: {nodeid}: {reason}"
               for nodeid, reason in generation.absent.items()]
+    lines += [f"nondeterministic: {nodeid}: {reason}"
+              for nodeid, reason in generation.nondeterministic.items()]
     return lines

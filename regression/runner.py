@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 import git
 
 from . import shard
-from .cache import Entry
+from .cache import NONDETERMINISTIC, Entry
 from .config import CACHE_DIR_ENV, Settings, load_settings
 from .durations import read_durations
 from .errors import CacheError, CacheWriteError, CollectionError, ConfigError, \
@@ -60,6 +60,8 @@ class Suite:
     """Set by `compare`: the candidate's subject comes from this worktree."""
     workers: int = 0
     """pytest-xdist workers for recording; 0 or 1 records in one process."""
+    repeat: int = 1
+    """Recordings of each case recorded; from 2, differing ones are stored nondeterministic."""
 
 
 def select_shard(suite: Suite, spec: ShardSpec | None) -> Suite:
@@ -81,6 +83,8 @@ class Generation:
     recorded: list[str] = field(default_factory=list)
     absent: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    nondeterministic: dict[str, str] = field(default_factory=dict)
+    """Recorded cases whose recordings differed, and how."""
 
 
 def resolve(settings: Settings, reference: str | None) -> Reference:
@@ -339,8 +343,32 @@ def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
             result.recorded = [str(n) for n in recorded.get("recorded", [])]
             result.absent = {str(k): str(v) for k, v in recorded.get("absent", {}).items()}
             _require_all_ran(todo, result)
+            result.nondeterministic = _find_nondeterministic(
+                suite, {n: todo[n].harness for n in result.recorded}, echo)
         suite.entry.touch()
     return result
+
+
+def _find_nondeterministic(suite: Suite, recorded: dict[str, str], echo: Echo) -> dict[str, str]:
+    """Record `recorded` again, each time in a new process, `suite.repeat - 1` times; a case
+    whose outputs differ from the first recording is stored as nondeterministic."""
+    found: dict[str, str] = {}
+    for again in range(2, suite.repeat + 1):
+        wanted = {n: h for n, h in recorded.items() if n not in found}
+        if not wanted:
+            break
+        echo(f"recording {len(wanted)} cases again ({again} of {suite.repeat}) to find "
+             "nondeterministic ones ...")
+        differ = _record(suite, wanted, echo, verify=True).get("differ", {})
+        for nodeid, names in differ.items():
+            listed = ", ".join(repr(str(name)) for name in names)
+            found[nodeid] = (f"outputs {listed} differed between recording 1 and recording "
+                             f"{again}, each in its own process")
+            record = suite.entry.load_case(nodeid)
+            if record is not None:
+                suite.entry.save_case(replace(record, status=NONDETERMINISTIC,
+                                              reason=found[nodeid]))
+    return found
 
 
 def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
@@ -355,7 +383,8 @@ def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
         )
 
 
-def _record(suite: Suite, todo: dict[str, str], echo: Echo) -> dict[str, Any]:
+def _record(suite: Suite, todo: dict[str, str], echo: Echo,
+            verify: bool = False) -> dict[str, Any]:
     reference = suite.reference
     settings = reference.settings
     try:
@@ -364,7 +393,8 @@ def _record(suite: Suite, todo: dict[str, str], echo: Echo) -> dict[str, Any]:
             job = Job(mode=RECORD, result=str(Path(folder) / "result.json"),
                       config=str(settings.path), reference=reference.sha,
                       subject_root=str(worktree / settings.subject_path),
-                      parts=suite.entry.parts, cases=todo, workers=suite.workers)
+                      parts=suite.entry.parts, cases=todo, workers=suite.workers,
+                      verify=verify)
             process = _pytest(settings, ["-q", "--no-header", "-rN",
                                          "--continue-on-collection-errors", *settings.tests],
                               job, True, progress=lambda line: echo(f"  {line}"))
@@ -411,12 +441,13 @@ def _record_error(reference: Reference, kind: str, message: str) -> RegressionEr
 
 def check_job(reference: Reference, *, shard: ShardSpec | None = None,
               subject_root: Path | None = None, gen: str = GEN_AUTO, force: bool = False,
-              workers: int = 0, selection: str = "", result: str = "") -> Job:
+              workers: int = 0, selection: str = "", repeat: int = 0,
+              result: str = "") -> Job:
     """The job of a check run: the resolved reference and what to do about its cache."""
     return Job(mode=CHECK, result=result, config=str(reference.settings.path),
                reference=reference.sha, revision=reference.revision,
                subject_root=str(subject_root or ""), shard=str(shard or ""), gen=gen,
-               force=force, workers=workers, selection=selection)
+               force=force, workers=workers, selection=selection, repeat=repeat)
 
 
 def run_check(reference: Reference, job: Job, args: Sequence[str],

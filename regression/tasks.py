@@ -12,7 +12,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from .config import Settings, find_config, load_settings
+from .config import MAX_REPEAT, Settings, find_config, load_settings
 from . import inventory
 from .errors import RegressionError
 from .durations import read_durations
@@ -53,12 +53,15 @@ def _suite(reference: str | None, shard_spec: str | None) -> Suite:
 
 
 def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: int,
-         chosen: tuple[str | None, list[str] | None]) -> None:
+         chosen: tuple[str | None, list[str] | None], repeat: int) -> None:
     resolved = resolve(_settings(), reference)
     spec = parse_shard(shard_spec) if shard_spec else None
     picked = selection(*chosen, resolved.settings.root, shard_spec)
+    if not 0 <= repeat <= MAX_REPEAT:
+        raise RegressionError(f"--repeat {repeat}: record each case 1 to {MAX_REPEAT} times "
+                              "(2 finds nondeterministic cases)")
     job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
-                    workers=_workers(workers), selection=picked.describe())
+                    workers=_workers(workers), selection=picked.describe(), repeat=repeat)
     code, result = run_check(resolved, job, picked.pytest_args(), picked.cases)
     if result is None or code:
         raise RegressionError(f"the generation at {resolved.label} stopped (pytest exit "
@@ -70,12 +73,16 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
 
 @task(help={"reference": REFERENCE_HELP, "shard": SHARD_HELP,
             "force": "regenerate every case, valid or not", "workers": WORKERS_HELP,
-            "k": K_HELP, "case": CASE_HELP}, iterable=["case"])
+            "k": K_HELP, "case": CASE_HELP,
+            "repeat": "record each case N times, each in its own process: a case whose "
+                      "recordings differ is stored as nondeterministic, never compared "
+                      "(default: config.yaml's determinism.repeat, 1)"},
+      iterable=["case"])
 def gen(c: Context, reference: str | None = None, shard: str | None = None,
         force: bool = False, workers: int = 0, k: str | None = None,
-        case: list[str] | None = None) -> None:
+        case: list[str] | None = None, repeat: int = 0) -> None:
     """Generate the reference outputs, or reuse them when the cache holds valid ones."""
-    _translate(lambda: _gen(reference, shard, force, workers, (k, case)))
+    _translate(lambda: _gen(reference, shard, force, workers, (k, case), repeat))
 
 
 def _workers(count: int) -> int:

@@ -12,8 +12,8 @@ import pytest
 
 from ..errors import RegressionError, StoreError
 from ..job import GEN_ONLY, Job
-from ..report import CHANGED, ERROR, IDENTICAL, NEW, CaseOutcome, generation_lines, \
-    github_annotations, markdown_summary, not_run_lines, summary_lines
+from ..report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
+    generation_lines, github_annotations, markdown_summary, not_run_lines, summary_lines
 from .common import exception_reason, report_reason, traceback_frames, uses_fixture
 
 if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
@@ -248,7 +248,20 @@ class Checker:
             self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, ERROR, problem)
             pytest.fail(problem, pytrace=False)
         assert record is not None
+        from ..cache import NONDETERMINISTIC as UNREPRODUCED
+
+        if record.status == UNREPRODUCED:
+            self._nondeterministic(item, record)
         return record
+
+    def _nondeterministic(self, item: pytest.Item, record: CaseRecord) -> NoReturn:
+        """A case the reference does not reproduce is never compared: skipped with the
+        reason (failed with --regression-strict), never reported as changed."""
+        message = f"nondeterministic at the reference {self.label}: {record.reason}"
+        self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, NONDETERMINISTIC, record.reason)
+        if self.config.getoption("regression_strict"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -285,13 +298,13 @@ class Checker:
         skips) fails when the reference recorded it: it would otherwise pass unchecked."""
         if self.prepared is None:
             return
-        from ..cache import ABSENT
+        from ..cache import RECORDED
 
         try:
             record = self.prepared.entry.load_case(item.nodeid)
         except RegressionError:
             return  # no trusted record: nothing says the reference ran it
-        if record is not None and record.status != ABSENT:
+        if record is not None and record.status == RECORDED:
             message = (f"skipped, but the reference {self.label} recorded this case: "
                        f"{self._reason(report)}")
             self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, ERROR, message)

@@ -78,7 +78,8 @@ def prepare(reference: Reference, job: Job | None, items: list[pytest.Item],
     subject_root = Path(job.subject_root) if job and job.subject_root else None
     spec = parse_shard(job.shard) if job and job.shard else None
     suite = Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
-                  workers=job.workers if job else 0)
+                  workers=job.workers if job else 0,
+                  repeat=job.repeat if job and job.repeat else settings.determinism.repeat)
     if spec is not None:
         echo(f"shard {spec}: {len(suite.cases)} cases")
     runnable = {c: h for c, h in suite.cases.items() if c in selected}

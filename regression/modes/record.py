@@ -158,8 +158,11 @@ class Recorder:
             try:
                 verify_origins(self.settings.subject_packages, self.subject_root)
                 self._require_no_strays()
-                recorded, absent = self._store()
-                self._done({"recorded": recorded, "absent": absent}, session)
+                if self.job.verify:
+                    self._done({"differ": self._differing()}, session)
+                else:
+                    recorded, absent = self._store()
+                    self._done({"recorded": recorded, "absent": absent}, session)
             except RegressionError as exc:
                 self.fail(type(exc).__name__, str(exc))
         if self.failed and self.worker:
@@ -188,6 +191,11 @@ class Recorder:
                 self.fail(str(errors[0]["error"]), str(errors[0]["message"]))
             session.exitstatus = 3
             return
+        if self.job.verify:
+            self.job.write_result({"differ": {k: v for d in self.from_workers
+                                              for k, v in d["differ"].items()}})
+            session.exitstatus = 0
+            return
         recorded = sorted({n for d in self.from_workers for n in d["recorded"]})
         absent = {k: v for d in self.from_workers for k, v in d["absent"].items()}
         self.job.write_result({"recorded": recorded, "absent": absent})
@@ -201,7 +209,8 @@ class Recorder:
         harness = extra_harness_files(root, self.settings.harness)
         require_no_strays(root, [self.subject_root, *tests], harness)
 
-    def _store(self) -> tuple[list[str], dict[str, str]]:
+    def _entry(self) -> Entry:
+        """The cache entry of the environment the parent planned for, which must be ours."""
         entry = Entry(self.settings.cache_dir, environment_parts(self.settings,
                                                                  self.job.reference))
         if entry.parts != self.job.parts:
@@ -209,6 +218,10 @@ class Recorder:
                 "the recording process sees another environment than the one that started "
                 f"it: {sorted(k for k in entry.parts if entry.parts[k] != self.job.parts.get(k))}"
             )
+        return entry
+
+    def _store(self) -> tuple[list[str], dict[str, str]]:
+        entry = self._entry()
         entry.create()
         recorded, absent = [], {}
         for nodeid, harness in self.job.cases.items():
@@ -226,6 +239,27 @@ class Recorder:
                 recorded.append(nodeid)
             # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
         return recorded, absent
+
+    def _differing(self) -> dict[str, list[str]]:
+        """Verify mode: the cases whose outputs differ from what the first recording stored,
+        each with the names of those outputs (all of them if it no longer ran)."""
+        from ..compare import compare
+
+        entry = self._entry()
+        differ = {}
+        for nodeid in self.job.cases:
+            stored = entry.load_case(nodeid)
+            if stored is None or stored.status == ABSENT:
+                continue
+            before = {o.name: o.value for o in stored.outputs}
+            sink = self.sinks.get(nodeid)
+            now = {o.name: o.value for o in sink.outputs} if sink and nodeid in self.ran else {}
+            names = sorted(name for name in before.keys() | now.keys()
+                           if name not in before or name not in now
+                           or compare(before[name], now[name], name=repr(name)))
+            if names:
+                differ[nodeid] = names
+        return differ
 
     def _not_collected(self, nodeid: str) -> str:
         """Why a case that did not run is not in the reference; "" if it was collected."""

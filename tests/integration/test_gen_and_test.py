@@ -258,3 +258,45 @@ def test_subject_not_importable_here_says_to_install_it(subject_repo: Repo) -> N
         assert "pip install -e ." in text and "Traceback (most recent" not in text
     gen = subject_repo.invoke("gen")
     assert gen.returncode == 2 and "pip install -e ." in gen.stdout, output(gen)
+
+
+UNSEEDED = """\
+import random
+
+import torch
+
+import subj
+
+
+def test_unseeded(regression):
+    regression.check(subj.forward(regression.randn(2, 4)), name="out")
+    regression.check(torch.tensor([random.SystemRandom().random()]), name="noise")
+"""
+
+
+def test_nondeterministic_case_is_found_by_repeat_and_never_reported_changed(
+        subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_noise.py", UNSEEDED)
+    subject_repo.commit("a case that draws from an unseeded source")
+    gen = subject_repo.invoke("gen", "--reference", "HEAD", "--repeat", "2")
+    assert gen.returncode == 0, output(gen)
+    assert "recording 2 cases again (2 of 2) to find nondeterministic ones" in gen.stdout
+    found = [line for line in gen.stdout.splitlines() if line.startswith("nondeterministic: ")]
+    assert found == ["nondeterministic: tests/test_noise.py::test_unseeded: outputs 'noise' "
+                     "differed between recording 1 and recording 2, each in its own process"]
+    done = subject_repo.invoke("test", "--reference", "HEAD")
+    assert done.returncode == 0, output(done)
+    assert "2 cases: 1 identical, 0 changed, 0 not in reference, 0 errors, 1 nondeterministic" \
+           in done.stdout
+    assert "NONDETERMINISTIC tests/test_noise.py::test_unseeded: outputs 'noise'" in done.stdout
+    assert "CHANGED" not in done.stdout
+    strict = subject_repo.invoke("test", "--reference", "HEAD", "--strict")
+    assert strict.returncode == 1, output(strict)
+    assert "nondeterministic at the reference" in strict.stdout
+    # config.yaml's determinism.repeat does the same for every recording, invoke test's too.
+    subject_repo.write("config.yaml", CONFIG.format(reference="HEAD", path=".")
+                       + "  repeat: 2\n")
+    subject_repo.commit("record twice")
+    again = subject_repo.invoke("test", "--reference", "HEAD")
+    assert again.returncode == 0, output(again)
+    assert "recording 2 cases again (2 of 2)" in again.stdout and "1 nondeterministic" in again.stdout

@@ -30,6 +30,7 @@ determinism:
   seed: 7
   threads: 4
   deterministic_algorithms: false
+  repeat: 2
 device: cuda
 fingerprint:
   packages: [numpy]
@@ -66,7 +67,8 @@ def test_full_config_is_read_into_settings(tmp_path: Path) -> None:
     assert settings.subject_path == "src"
     assert settings.tests == ("tests/regression", "tests/more")
     assert settings.harness == ("data/*.json",)
-    assert settings.determinism == Determinism(seed=7, threads=4, deterministic_algorithms=False)
+    assert settings.determinism == Determinism(seed=7, threads=4, deterministic_algorithms=False,
+                                               repeat=2)
     assert settings.device == "cuda"
     assert settings.fingerprint_packages == ("numpy",)
     assert settings.cache_dir_setting == ".my-cache"
@@ -152,6 +154,7 @@ def test_unknown_setting_names_key_and_file(tmp_path: Path, extra: str, key: str
         ("determinism: {seed: 1.5}", "determinism.seed", "must be an integer"),
         ("determinism: {deterministic_algorithms: 'yes'}",
          "determinism.deterministic_algorithms", "true or false"),
+        ("determinism: {repeat: 0}", "determinism.repeat", "must be from 1 to 10, got 0"),
         ("determinism: [1]", "determinism", "a mapping"),
         ("tests: 5", "tests", "list of paths"),
         ("tests: [ok, 5]", "tests", "list of paths"),

@@ -8,6 +8,7 @@ from regression.report import (
     ERROR,
     IDENTICAL,
     NEW,
+    NONDETERMINISTIC,
     CaseOutcome,
     github_annotations,
     markdown_summary,
@@ -130,3 +131,15 @@ def test_each_changed_case_is_one_error_annotation_on_its_line_escaped() -> None
         "::error file=tests/test_m.py,line=12,"
         "title=tests/test_m.py%3A%3Atest_f[a%2Cb] changed against abc (v1)::"
         "'x': float32[2]: 1 of 2 elements differ; 100%25: all%0A'y'[0]: 3, reference 4"]
+
+
+def test_nondeterministic_cases_are_counted_and_listed_only_when_there_are_some() -> None:
+    mixed = [CaseOutcome("t.py::a", IDENTICAL),
+             CaseOutcome("t.py::n", NONDETERMINISTIC, "outputs 'noise' differed")]
+    lines = summary_lines("r", mixed)
+    assert lines[0] == ("reference r: 2 cases: 1 identical, 0 changed, 0 not in reference, "
+                        "0 errors, 1 nondeterministic")
+    assert lines[1:] == ["NONDETERMINISTIC t.py::n: outputs 'noise' differed"]
+    assert "| nondeterministic | 1 |" in markdown_summary("r", mixed)
+    assert "nondeterministic" not in summary_lines("r", mixed[:1])[0]
+    assert "nondeterministic" not in markdown_summary("r", mixed[:1])
