@@ -295,5 +295,29 @@ def _report_foreign() -> None:
         print(f"left alone, not provably a cache entry: {info.directory}: {info.fault}")
 
 
+def _bisect(good: str, bad: str, cases: list[str] | None) -> None:
+    from .bisect import bisect as find_first, bisection_lines
+    from .revision import run_git
+
+    settings = _settings()
+    at_good = resolve(settings, good)
+    bad_sha = resolve(settings, bad).sha
+    result = find_first(collect(at_good), at_good.sha, bad_sha, list(cases or ()), print)
+    for line in bisection_lines(result, lambda sha: run_git(at_good.repo, "log", "-1",
+                                                             "--format=%s", sha)):
+        print(line)
+
+
+@task(help={
+    "good": "a revision whose outputs are the ones wanted (tag, branch, SHA, HEAD~n)",
+    "bad": "a later revision whose outputs differ (default: HEAD)",
+    "case": "judge only this case (a node id); repeat for more. Default: every case whose "
+            "outputs differ between good and bad",
+}, iterable=["case"])
+def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = None) -> None:
+    """Find the first commit after good whose outputs differ from good's."""
+    _translate(lambda: _bisect(good, bad, case))
+
+
 cache = Collection("cache", list_, verify, prune, clear)
-ns = Collection(gen, test, key, shards, compare, cache)
+ns = Collection(gen, test, key, shards, compare, bisect, cache)

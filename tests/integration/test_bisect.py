@@ -1,0 +1,57 @@
+"""invoke bisect on a real history: the first commit whose outputs changed, and since when."""
+
+from __future__ import annotations
+
+from helpers import SUBJECT, Repo, output
+
+
+def _history(repo: Repo) -> dict[str, str]:
+    """After v1: a harmless edit, a commit where the subject fails to import, its fix, the
+    change of behaviour, a harmless edit. Returns each commit's SHA by name."""
+    shas = {}
+    steps = [("harmless", SUBJECT.format(scale="1.0") + "# a comment\n"),
+             ("broken", "raise ImportError('broken on purpose')\n"),
+             ("fixed", SUBJECT.format(scale="1.0")),
+             ("changed", SUBJECT.format(scale="1.5")),
+             ("harmless again", SUBJECT.format(scale="1.5") + "# another comment\n")]
+    for name, text in steps:
+        repo.write("subj/__init__.py", text)
+        shas[name] = repo.commit(name)
+    return shas
+
+
+def test_bisect_names_the_commit_that_changed_the_outputs_and_skips_a_broken_one(
+        subject_repo: Repo) -> None:
+    shas = _history(subject_repo)
+    before = subject_repo.snapshot()
+    done = subject_repo.invoke("bisect", "--good", "v1", "--bad", "HEAD")
+    text = output(done)
+    assert done.returncode == 0, text
+    # every commit after v1 touches the subject's folder (".") here: the docs commit too
+    assert "1 case differs between good and bad; bisecting 6 commits that touch ." in text
+    assert "first commit whose outputs differ from good " in text
+    assert f"{shas['changed'][:12]} changed" in text
+    assert "tests/test_subj.py::test_forward:" in text and "6 of 6 elements differ" in text
+    assert f"skipped {shas['broken'][:12]} broken: " in text
+    assert "fails to import" in text and "ImportError: broken on purpose" in text
+    recorded = int(text.split("case judged; recorded at ")[1].split()[0])
+    assert recorded >= 3  # good, bad, and the commits tried between them
+    assert subject_repo.snapshot() == before  # tree, index, HEAD, stash untouched
+    again = subject_repo.invoke("bisect", "--good", "v1", "--bad", "HEAD")
+    assert again.returncode == 0, output(again)
+    assert f"{shas['changed'][:12]} changed" in again.stdout
+    assert "recorded at 0 commits" in again.stdout  # every recording came from the cache
+
+
+def test_bisect_without_a_difference_and_with_bad_input(subject_repo: Repo) -> None:
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0") + "# harmless\n")
+    subject_repo.commit("harmless")
+    same = subject_repo.invoke("bisect", "--good", "v1", "--bad", "HEAD")
+    assert same.returncode == 0, output(same)
+    assert "no case's outputs differ between good" in same.stdout
+    backwards = subject_repo.invoke("bisect", "--good", "HEAD", "--bad", "v1")
+    assert backwards.returncode == 2
+    assert "is not an ancestor of bad" in backwards.stderr
+    unknown = subject_repo.invoke("bisect", "--good", "v1", "--case", "tests/test_subj.py::nope")
+    assert unknown.returncode == 2
+    assert "not a regression case of this suite: tests/test_subj.py::nope" in unknown.stderr
