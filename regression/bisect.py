@@ -40,6 +40,9 @@ class Bisection:
     recorded: int = 0
     """Commits at which something had to be recorded (the rest came from the cache)."""
     skipped: dict[str, str] = field(default_factory=dict)
+    changes: list[tuple[str, dict[str, list[tuple[str, list[Difference]]]]]] = field(
+        default_factory=list)
+    """--scan: each commit whose outputs differ from the commit judged before it."""
 
 
 def commits_between(reference: Reference, good: str, bad: str) -> list[str]:
@@ -124,11 +127,7 @@ def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> B
     """Find the first commit after `good` up to `bad` whose outputs of `cases` (default: the
     cases that differ between good and bad) differ from good's."""
     commits = commits_between(suite.reference, good, bad)
-    unknown = [c for c in cases if c not in suite.cases]
-    if unknown:
-        raise RegressionError(f"not a regression case of this suite: {', '.join(unknown)}; "
-                              "give node ids as `invoke shards --list` prints them")
-    result = Bisection(good, bad, commits, cases or sorted(suite.cases))
+    result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases))
     recorder = _Recorder(suite, echo, result)
     echo(f"recording good {short(good)} and bad {short(bad)} ...")
     at_good = recorder.outputs(good, result.cases)
@@ -167,11 +166,62 @@ def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> B
     return result
 
 
+def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bisection:
+    """Record every commit after `good` up to `bad` that touches the subject and list each
+    one whose outputs of `cases` (default: every case) differ from the commit before it:
+    this finds changes that a later commit reverts, which comparing good with bad misses."""
+    commits = commits_between(suite.reference, good, bad)
+    result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases))
+    recorder = _Recorder(suite, echo, result)
+    echo(f"recording good {short(good)} ...")
+    before = recorder.outputs(good, result.cases)
+    if before is None:
+        raise RegressionError(f"the good commit {short(good)} cannot be recorded "
+                              f"({result.skipped[good]}); choose another")
+    for number, sha in enumerate(commits, 1):
+        echo(f"recording {short(sha)} ({number} of {len(commits)}) ...")
+        now = recorder.outputs(sha, result.cases)
+        if now is None:
+            echo(f"  skipped: {result.skipped[sha]}")
+            continue
+        changed = _differences(before, now)
+        if changed:
+            result.changes.append((sha, changed))
+        before = now
+    return result
+
+
+def _known(suite: Suite, cases: list[str]) -> list[str]:
+    """`cases`, each checked to be a case of the suite."""
+    unknown = [c for c in cases if c not in suite.cases]
+    if unknown:
+        raise RegressionError(f"not a regression case of this suite: {', '.join(unknown)}; "
+                              "give node ids as `invoke shards --list` prints them")
+    return cases
+
+
 def _untried(commits: list[str], low: int, high: int, skipped: dict[str, str]) -> int | None:
     """The commit nearest the middle of (low, high) that is not skipped; None if all are."""
     middle = (low + high) // 2
     order = sorted(range(low + 1, high), key=lambda i: (abs(i - middle), i))
     return next((i for i in order if commits[i] not in skipped), None)
+
+
+def scan_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[str]:
+    """What a scan found: each commit that changed outputs, each case in one line."""
+    from .report import changed_detail
+
+    lines = [f"{len(result.changes)} of {_count(len(result.commits), 'commit')} after good "
+             f"{short(result.good)} change outputs of the {_count(len(result.cases), 'case')} "
+             "judged:"]
+    for sha, changed in result.changes:
+        lines.append(f"  {short(sha)} {subject_line(sha)}")
+        lines += [f"    {case}: {changed_detail(outputs)}" for case, outputs in changed.items()]
+    lines += [f"skipped {short(sha)} {subject_line(sha)}: {why}"
+              for sha, why in result.skipped.items()]
+    lines.append(f"recorded at {_count(result.recorded, 'commit')}, the rest came from the "
+                 "cache")
+    return lines
 
 
 def bisection_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[str]:

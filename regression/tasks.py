@@ -295,16 +295,17 @@ def _report_foreign() -> None:
         print(f"left alone, not provably a cache entry: {info.directory}: {info.fault}")
 
 
-def _bisect(good: str, bad: str, cases: list[str] | None) -> None:
-    from .bisect import bisect as find_first, bisection_lines
+def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
+    from .bisect import bisect as find_first, bisection_lines, scan, scan_lines
     from .revision import run_git
 
     settings = _settings()
     at_good = resolve(settings, good)
     bad_sha = resolve(settings, bad).sha
-    result = find_first(collect(at_good), at_good.sha, bad_sha, list(cases or ()), print)
-    for line in bisection_lines(result, lambda sha: run_git(at_good.repo, "log", "-1",
-                                                             "--format=%s", sha)):
+    search, lines = (scan, scan_lines) if scan_all else (find_first, bisection_lines)
+    result = search(collect(at_good), at_good.sha, bad_sha, list(cases or ()), print)
+    for line in lines(result, lambda sha: run_git(at_good.repo, "log", "-1", "--format=%s",
+                                                  sha)):
         print(line)
 
 
@@ -313,10 +314,13 @@ def _bisect(good: str, bad: str, cases: list[str] | None) -> None:
     "bad": "a later revision whose outputs differ (default: HEAD)",
     "case": "judge only this case (a node id); repeat for more. Default: every case whose "
             "outputs differ between good and bad",
+    "scan": "record every commit instead, and list each one that changes outputs from the "
+            "commit before it (finds changes reverted later in the range)",
 }, iterable=["case"])
-def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = None) -> None:
+def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = None,
+           scan: bool = False) -> None:
     """Find the first commit after good whose outputs differ from good's."""
-    _translate(lambda: _bisect(good, bad, case))
+    _translate(lambda: _bisect(good, bad, case, scan))
 
 
 cache = Collection("cache", list_, verify, prune, clear)

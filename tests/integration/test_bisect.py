@@ -55,3 +55,23 @@ def test_bisect_without_a_difference_and_with_bad_input(subject_repo: Repo) -> N
     unknown = subject_repo.invoke("bisect", "--good", "v1", "--case", "tests/test_subj.py::nope")
     assert unknown.returncode == 2
     assert "not a regression case of this suite: tests/test_subj.py::nope" in unknown.stderr
+
+
+def test_scan_finds_a_change_that_a_later_commit_reverts(subject_repo: Repo) -> None:
+    shas = {}
+    for name, scale in (("change", "1.5"), ("revert", "1.0"), ("harmless", "1.0")):
+        subject_repo.write("subj/__init__.py", SUBJECT.format(scale=scale) + f"# {name}\n")
+        shas[name] = subject_repo.commit(name)
+    plain = subject_repo.invoke("bisect", "--good", "v1")
+    assert plain.returncode == 0, output(plain)
+    assert "no case's outputs differ between good" in plain.stdout  # good and bad agree
+    scanned = subject_repo.invoke("bisect", "--good", "v1", "--scan")
+    assert scanned.returncode == 0, output(scanned)
+    assert "2 of 4 commits after good " in scanned.stdout
+    listed = [line.split()[0] for line in scanned.stdout.splitlines()
+              if line.startswith("  ") and not line.startswith("    ")
+              and "recording" not in line and "[" not in line]
+    assert listed == [shas["change"][:12], shas["revert"][:12]], scanned.stdout
+    assert "tests/test_subj.py::test_forward: 'out': float32[2, 3]: 6 of 6 elements differ" \
+           in scanned.stdout
+    assert "recorded at 3 commits" in scanned.stdout  # the two from the plain bisect reused
