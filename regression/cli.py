@@ -1,0 +1,39 @@
+"""The `torch-regression` command (also `python -m regression`): set up a repository."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import RegressionError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="torch-regression",
+        description="Bit-exact regression tests of PyTorch models against a git revision.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    init = commands.add_parser(
+        "init", help="write config.yaml, tasks.py, a starter test and a CI workflow here",
+        description="Run at the top of your model library's repository. Writes config.yaml "
+                    "(your packages, the newest tag as the reference), tasks.py, "
+                    "tests/regression/test_regression.py and "
+                    ".github/workflows/regression.yml; never over an existing file unless "
+                    "--force.")
+    init.add_argument("--force", action="store_true", help="overwrite files that exist")
+    init.add_argument("--shards", type=int, default=4, help="CI runners to split into (4)")
+    init.add_argument("--python", default=platform.python_version(),
+                      help="the exact Python version CI sets up (default: this one's, "
+                           f"{platform.python_version()})")
+    options = parser.parse_args(argv)
+    from .init import init as write_files
+
+    try:
+        write_files(Path.cwd(), options.shards, options.python, options.force, print)
+    except RegressionError as exc:
+        print(f"torch-regression: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,227 @@
+"""`torch-regression init`: the files a model repository needs, written once, never over
+its own."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .errors import RegressionError
+from .revision import git_process
+
+Echo = Callable[[str], None]
+# Top-level folders that hold no package of the library itself.
+NOT_SUBJECT = frozenset({"tests", "test", "docs", "doc", "examples", "example", "scripts",
+                         "benchmarks", "bench", "build", "dist", "tools", "notebooks"})
+STARTER = "tests/regression/test_regression.py"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the repository's packages live: `path` ("." or "src") and their names."""
+
+    path: str
+    packages: tuple[str, ...]
+
+
+def find_layout(root: Path) -> Layout:
+    """The packages of a flat or `src/` layout: folders with an `__init__.py`."""
+    for path in ("src", "."):
+        folder = root / path
+        found = tuple(sorted(p.name for p in folder.iterdir() if p.is_dir()
+                             and (p / "__init__.py").is_file() and p.name not in NOT_SUBJECT
+                             and p.name.isidentifier())) if folder.is_dir() else ()
+        if found:
+            return Layout(path, found)
+    raise RegressionError(f"no Python package found in {root} or {root / 'src'} (a folder "
+                          "with an __init__.py); run `torch-regression init` at the top of "
+                          "your model library's repository")
+
+
+def newest_tag(root: Path) -> str:
+    """The most recent tag reachable from HEAD, or HEAD when there is none."""
+    done = git_process(root, "describe", "--tags", "--abbrev=0")
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "HEAD"
+
+
+def config_text(layout: Layout, reference: str) -> str:
+    return f"""\
+# torch-regression: see its README, "Configuration".
+reference: {_yaml_string(reference)}   # the revision whose outputs are the reference
+subject:
+  packages: [{", ".join(layout.packages)}]   # imported from a worktree of the reference
+  path: {layout.path}
+tests: [tests/regression]
+determinism:
+  seed: 0
+  threads: 1
+"""
+
+
+def _yaml_string(text: str) -> str:
+    return f'"{text}"' if re.fullmatch(r"[0-9a-f]{4,40}|[0-9.]+", text) else text
+
+
+TASKS = "from regression.tasks import ns\n"
+
+STARTER_TEST = '''\
+"""Regression tests of {package}: each output is compared bit for bit with what the
+reference revision produced (config.yaml's `reference`), on this machine.
+
+Fill in MODELS, build() and example_input(); until then every case is skipped.
+"""
+
+import pytest
+import torch
+
+import {package}
+
+MODELS: list[str] = []  # e.g. ["resnet18", "vit_tiny"]
+
+
+def build(name: str) -> torch.nn.Module:
+    """The model called `name`, freshly initialised (torch-regression seeds every case)."""
+    raise NotImplementedError("fill in build() in tests/regression/test_regression.py")
+
+
+def example_input(name: str, regression) -> torch.Tensor:
+    """An input for the model, drawn from the case's own generator."""
+    return regression.randn(2, 3, 32, 32)
+
+
+pytestmark = pytest.mark.skipif(
+    not MODELS, reason="fill in MODELS, build() and example_input() in "
+                       "tests/regression/test_regression.py")
+NAMES = MODELS or ["unset"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_initial_weights(name, regression):
+    regression.check(build(name).state_dict(), name="state")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forward_no_grad(name, regression):
+    model = build(name).eval()
+    with torch.no_grad():  # PyTorch takes other kernels here than with autograd on
+        regression.check(model(example_input(name, regression)), name="out")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forward_with_autograd(name, regression):
+    model = build(name).eval()
+    regression.check(model(example_input(name, regression)).detach(), name="out")
+'''
+
+WORKFLOW = '''\
+# Bit-exact regression tests against config.yaml's reference, split across {shards} runners.
+# Each shard generates only its own reference and caches it under its own exact key.
+name: regression
+
+on:
+  push:
+    branches: [main]
+  pull_request:
+
+permissions:
+  contents: read
+
+jobs:
+  regression:
+    name: regression shard ${{{{ matrix.shard }}}}/{shards}
+    runs-on: ubuntu-latest
+    timeout-minutes: 30
+    strategy:
+      fail-fast: false
+      matrix:
+        shard: [{shard_list}]
+    env:
+      SHARD: ${{{{ matrix.shard }}}}/{shards}
+      JUNIT: regression-shard-${{{{ matrix.shard }}}}.xml
+      # Where pip finds torch-regression: a name, a wheel's URL or a git URL.
+      TORCH_REGRESSION: torch-regression[xdist]
+    steps:
+      - uses: actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8  # v5.0.0
+        with:
+          fetch-depth: 0  # the reference commit must be in the clone
+          persist-credentials: false
+      - uses: actions/setup-python@e797f83bcb11b83ae66e0230d6156d7c80228e7c  # v6.0.0
+        with:
+          python-version: "{python}"  # exact: the patch version is part of the key
+      - name: Install
+        run: |
+          python -m venv .venv
+          .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
+          .venv/bin/pip install -e . "$TORCH_REGRESSION"
+      - name: Cache key
+        id: key
+        run: .venv/bin/invoke key --shard "$SHARD" --github-output
+      - name: Restore the reference
+        id: restore
+        uses: actions/cache/restore@9255dc7a253b0ccc959486e2bca901246202afeb  # v5.0.1
+        with:
+          path: .regression-cache
+          key: ${{{{ steps.key.outputs.key }}}}
+      - name: Generate the reference
+        run: .venv/bin/invoke gen --shard "$SHARD"
+      - name: Save the reference
+        if: steps.restore.outputs.cache-hit != 'true'
+        uses: actions/cache/save@9255dc7a253b0ccc959486e2bca901246202afeb  # v5.0.1
+        with:
+          path: .regression-cache
+          key: ${{{{ steps.key.outputs.key }}}}
+      - name: Regression test
+        run: .venv/bin/invoke test --shard "$SHARD" --junitxml "$JUNIT"
+      - name: Upload JUnit
+        if: always()
+        uses: actions/upload-artifact@b7c566a772e6b6bfb58ed0dc250532a479d7789f  # v6.0.0
+        with:
+          name: regression-junit-shard-${{{{ matrix.shard }}}}
+          path: ${{{{ env.JUNIT }}}}
+          if-no-files-found: warn
+'''
+
+
+def files(root: Path, shards: int, python: str) -> dict[str, str]:
+    """The files init writes, by path relative to `root`."""
+    layout = find_layout(root)
+    return {
+        "config.yaml": config_text(layout, newest_tag(root)),
+        "tasks.py": TASKS,
+        STARTER: STARTER_TEST.format(package=layout.packages[0]),
+        ".github/workflows/regression.yml": WORKFLOW.format(
+            shards=shards, shard_list=", ".join(str(i) for i in range(1, shards + 1)),
+            python=python),
+    }
+
+
+def init(root: Path, shards: int, python: str, force: bool, echo: Echo) -> list[str]:
+    """Write the files into `root` (a git work tree's top), keeping any that exist unless
+    `force`; warn about each one git ignores. Returns the paths written."""
+    top = git_process(root, "rev-parse", "--show-toplevel")
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
+        raise RegressionError(f"{root} is not the top of a git work tree; run "
+                              "`torch-regression init` in your repository's root folder")
+    if not 1 <= shards <= 64:
+        raise RegressionError(f"--shards {shards}: give 1 to 64 CI runners")
+    written = []
+    for relative, text in files(root, shards, python).items():
+        target = root / relative
+        if target.exists() and not force:
+            echo(f"kept {relative}: it exists (--force overwrites it)")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        written.append(relative)
+        echo(f"wrote {relative}")
+        if git_process(root, "check-ignore", "-q", relative).returncode == 0:
+            echo(f"warning: your .gitignore hides {relative}, so CI would run without it; "
+                 f"commit it anyway with `git add -f {relative}`, or add `!/{relative}` to "
+                 ".gitignore")
+    echo("next:")
+    echo(f"  1. fill in MODELS, build() and example_input() in {STARTER}")
+    echo("  2. invoke test          # records the reference, then checks your working tree")
+    echo("  3. git add -A && git commit -m 'Regression tests'   # then push: CI runs them")
+    return written
