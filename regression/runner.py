@@ -200,6 +200,13 @@ def _started_as_pytest(settings: Settings, job_file: Path) -> Iterator[None]:
         os.chdir(folder)
 
 
+# invoke imported this package before pytest starts, so pytest cannot mark it for assertion
+# rewriting (it has no asserts to rewrite) and warns; with `filterwarnings = error` in the
+# project's settings that warning would stop the run. A command-line filter beats the ini's.
+ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten; regression"
+                          ":pytest.PytestAssertRewriteWarning")
+
+
 def _pytest_here(settings: Settings, args: Sequence[str], job: Job) -> int:
     """Run pytest in this process, as `_pytest` would in a new one: no second Python, no
     second import of what this one has loaded (GitPython, our package)."""
@@ -209,7 +216,7 @@ def _pytest_here(settings: Settings, args: Sequence[str], job: Job) -> int:
         job_file = Path(folder) / "job.json"
         job.save(job_file)
         with _started_as_pytest(settings, job_file):
-            return int(pytest.main(_pytest_args(settings, args, job)))
+            return int(pytest.main([*ALREADY_IMPORTED, *_pytest_args(settings, args, job)]))
 
 
 def _tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
