@@ -468,7 +468,11 @@ def run_check(reference: Reference, job: Job, args: Sequence[str],
     settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
-        code = _pytest_here(settings, [*args, *(paths or settings.tests)], job)
+        args = [*args, *(paths or settings.tests)]
+        if job.subject_root:  # compare: the candidate's subject must be the first one loaded,
+            code = _pytest(settings, args, job, capture=False).returncode  # not tasks.py's
+        else:
+            code = _pytest_here(settings, args, job)
         result = job.read_result()
     if result and "error" in result:
         raise error_from_data(result)

@@ -62,6 +62,8 @@ def test_pinned_cases_go_to_their_shard(subject_repo: Repo) -> None:
 
 def test_compare_two_revisions_in_worktrees(subject_repo: Repo) -> None:
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
+    # tasks.py imports the subject from the working tree: the candidate's must still win
+    subject_repo.write("tasks.py", "import subj  # noqa: F401\nfrom regression.tasks import ns\n")
     subject_repo.commit("double")
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="3.0"))  # uncommitted
     before = subject_repo.snapshot()

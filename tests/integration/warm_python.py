@@ -13,8 +13,11 @@ like): `Repo.invoke` starts a real process for those.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +26,8 @@ from pathlib import Path
 
 # Read by torch or its libraries when they load, so a fork would not see a change of them.
 READ_AT_LOAD = ("OMP_", "KMP_", "MKL_", "GOMP_", "ONEDNN_", "DNNL_", "ATEN_", "TORCH_",
-                "OPENBLAS_", "LD_")
+                "PYTORCH_", "OPENBLAS_", "LD_", "PYTHON")  # PYTHONPATH and the like: at start
+TIMEOUT = 600  # seconds a run may take, as the suite's subprocesses are given
 
 SERVER = r'''
 import json, os, sys, traceback
@@ -78,7 +82,8 @@ class WarmPython:
         if self.server is None or self.server.poll() is not None:
             self.server = subprocess.Popen([sys.executable, "-c", SERVER],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           text=True, cwd=Path(__file__).parent)
+                                           text=True, cwd=Path(__file__).parent,
+                                           start_new_session=True)  # its forks: one group
         return self.server
 
     def invoke(self, cwd: Path, args: Sequence[str],
@@ -93,8 +98,12 @@ class WarmPython:
             server.stdin.write(json.dumps({"cwd": str(cwd), "args": list(args), "env": dict(env),
                                            "out": str(out), "err": str(err)}) + "\n")
             server.stdin.flush()
+            if not select.select([server.stdout], [], [], TIMEOUT)[0]:
+                self.stop()  # the run and its server: the next run starts a fresh one
+                raise TimeoutError(f"invoke {' '.join(args)} ran over {TIMEOUT} s in {cwd}")
             reply = server.stdout.readline()
             if not reply:
+                self.server = None
                 raise RuntimeError(f"the warm Python ended (exit {server.wait()})")
             code = int(json.loads(reply)["code"])
             return subprocess.CompletedProcess(["invoke", *args], code,
@@ -102,8 +111,10 @@ class WarmPython:
                                                err.read_text(errors="replace"))
 
     def stop(self) -> None:
+        """End the server and any run it has forked."""
         if self.server is not None:
-            self.server.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.server.pid, signal.SIGKILL)
             self.server.wait()
             self.server = None
 
