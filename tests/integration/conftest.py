@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import (PROJECT, TASKS, Mounts, Repo, init_repo, make_subject_repo, mount_refused,
-                     output)
+from helpers import (PROJECT, TASKS, Mounts, Repo, build_wheel, init_repo, make_subject_repo,
+                     mount_refused, output)
 from warm_python import WARM
 
 
@@ -44,6 +44,12 @@ def recorded_subject_repo(recorded_subject: Repo, tmp_path: Path) -> Repo:
     shutil.copytree(recorded_subject.path, tmp_path / "repo", symlinks=True)
     shutil.copytree(recorded_subject.cache, tmp_path / "cache", symlinks=True)
     return Repo(tmp_path / "repo", tmp_path / "cache")
+
+
+@pytest.fixture(scope="session")
+def our_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This project as a wheel, built once per worker."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,3 +215,26 @@ def stored_files(cache: Path) -> dict[Path, tuple[int, int]]:
     return {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in cache.rglob("*")
             if p.is_file() and p.name not in ("last-used", ".gitignore")
             and p.suffix != ".lock"}
+
+
+def build_wheel(folder: Path) -> Path:
+    """This project built as a wheel into `folder`, as a user would install it."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder),
+                    str(PROJECT)], check=True, capture_output=True)
+    (wheel,) = folder.glob("torch_regression-*.whl")
+    return wheel
+
+
+def venv_with_wheel(wheel: Path, folder: Path) -> str:
+    """A new virtual environment with torch-regression installed from `wheel`; it sees this
+    one's packages (torch, pytest...) instead of installing them again. Returns its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = str(folder / "bin" / "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "parent_env.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
+                    "--no-deps", "--no-index", "--ignore-installed", str(wheel)], check=True,
+                   capture_output=True)  # here, beside the editable install it also sees
+    return python

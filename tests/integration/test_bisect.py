@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import SUBJECT, Repo, output
 
 
@@ -20,6 +21,7 @@ def _history(repo: Repo) -> dict[str, str]:
     return shas
 
 
+@pytest.mark.slow
 def test_bisect_names_the_commit_that_changed_the_outputs_and_skips_a_broken_one(
         subject_repo: Repo) -> None:
     shas = _history(subject_repo)
@@ -57,14 +59,13 @@ def test_bisect_without_a_difference_and_with_bad_input(subject_repo: Repo) -> N
     assert "not a regression case of this suite: tests/test_subj.py::nope" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_scan_finds_a_change_that_a_later_commit_reverts(subject_repo: Repo) -> None:
     shas = {}
     for name, scale in (("change", "1.5"), ("revert", "1.0"), ("harmless", "1.0")):
         subject_repo.write("subj/__init__.py", SUBJECT.format(scale=scale) + f"# {name}\n")
         shas[name] = subject_repo.commit(name)
-    plain = subject_repo.invoke("bisect", "--good", "v1")
-    assert plain.returncode == 0, output(plain)
-    assert "no case's outputs differ between good" in plain.stdout  # good and bad agree
+    # good and bad agree here, so a plain bisect finds nothing (as in the test above)
     scanned = subject_repo.invoke("bisect", "--good", "v1", "--scan")
     assert scanned.returncode == 0, output(scanned)
     assert "2 of 4 commits after good " in scanned.stdout
@@ -74,4 +75,4 @@ def test_scan_finds_a_change_that_a_later_commit_reverts(subject_repo: Repo) -> 
     assert listed == [shas["change"][:12], shas["revert"][:12]], scanned.stdout
     assert "tests/test_subj.py::test_forward: 'out': float32[2, 3]: 6 of 6 elements differ" \
            in scanned.stdout
-    assert "recorded at 3 commits" in scanned.stdout  # the two from the plain bisect reused
+    assert "recorded at 5 commits" in scanned.stdout  # good, and the 4 commits after it

@@ -274,6 +274,7 @@ def test_unseeded(regression):
 """
 
 
+@pytest.mark.slow
 def test_nondeterministic_case_is_found_by_repeat_and_never_reported_changed(
         subject_repo: Repo) -> None:
     subject_repo.write("tests/test_noise.py", UNSEEDED)

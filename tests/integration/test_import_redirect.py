@@ -7,7 +7,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from helpers import CONFIG, PROJECT, SUBJECT, TASKS, TESTS, Repo, init_repo, output
+import pytest
+from helpers import CONFIG, SUBJECT, TASKS, TESTS, Repo, init_repo, output, venv_with_wheel
 
 ROOT_CONFTEST = """\
 import subj  # imported while conftest loads: before any test, with rootdir first on sys.path
@@ -91,29 +92,10 @@ def test_subject_imported_around_the_redirect_fails_the_recording(subject_repo: 
     assert not list(subject_repo.cache.rglob("*.safetensors"))
 
 
-def _venv_with_our_wheel(folder: Path) -> str:
-    """A virtual environment that sees this one's packages, with torch-regression installed
-    from a wheel (as a user installs it), not editable as in development."""
-    wheels = folder / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-                    str(PROJECT)], check=True, capture_output=True)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "venv")],
-                   check=True)
-    python = str(folder / "venv" / "bin" / "python")
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "parent_env.pth").write_text(
-        f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
-    (wheel,) = wheels.glob("torch_regression-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
-                    "--no-deps", "--no-index", "--ignore-installed", str(wheel)], check=True,
-                   capture_output=True)  # installed here, beside the editable one it sees
-    return python
-
-
-def test_installed_from_a_wheel_with_warnings_as_errors(subject_repo: Repo,
-                                                        tmp_path: Path) -> None:
-    python = _venv_with_our_wheel(tmp_path)
+@pytest.mark.slow
+def test_installed_from_a_wheel_with_warnings_as_errors(subject_repo: Repo, tmp_path: Path,
+                                                        our_wheel: Path) -> None:
+    python = venv_with_wheel(our_wheel, tmp_path / "venv")
     where = subprocess.run([python, "-c", "import regression; print(regression.__file__)"],
                            cwd=subject_repo.path, check=True, capture_output=True,
                            text=True).stdout.strip()

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import Repo, init_repo, output
+from helpers import Repo, init_repo, output, venv_with_wheel
 
 MINILIB = """\
 import torch
@@ -37,32 +37,56 @@ WORKFLOW = ".github/workflows/regression.yml"
 
 
 def _library(tmp_path: Path, layout: str) -> Repo:
-    """A small model library with its own .gitignore (which hides /*.yaml, as timm's does),
-    tests and pytest settings, and a tagged release."""
+    """A small installable model library with its own .gitignore (which hides /*.yaml, as
+    timm's does), tests and pytest settings, and a tagged release."""
     repo = init_repo(tmp_path / "minilib", tmp_path / "cache")
     package = "src/minilib" if layout == "src" else "minilib"
     repo.write(f"{package}/__init__.py", MINILIB.format(slope="0.01"))
     repo.write("tests/test_api.py", "import minilib\n\n\ndef test_models():\n"
                                     "    assert minilib.list_models()\n")
-    repo.write(".gitignore", "/*.yaml\n__pycache__/\n")
-    settings = 'pythonpath = ["src"]\n' if layout == "src" else ""
-    repo.write("pyproject.toml", f"[tool.pytest.ini_options]\naddopts = \"-q\"\n{settings}")
+    repo.write(".gitignore", "/*.yaml\n__pycache__/\n*.egg-info/\nbuild/\n")
+    where = "src" if layout == "src" else "."
+    repo.write("pyproject.toml", f"""\
+        [build-system]
+        requires = ["setuptools>=64"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "minilib"
+        version = "0.1"
+
+        [tool.setuptools.packages.find]
+        where = ["{where}"]
+        include = ["minilib*"]
+
+        [tool.pytest.ini_options]
+        addopts = "-q"
+        """)
     repo.commit("minilib 0.1")
     repo.git("tag", "v0.1")
     return repo
 
 
-def _init(repo: Repo, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "regression", "init", *args], cwd=repo.path,
-                          env=repo.env(), text=True, capture_output=True, check=False,
-                          timeout=120)
+def _init(repo: Repo, *args: str, command: tuple[str, ...] = (sys.executable, "-m",
+                                                               "regression")
+          ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*command, "init", *args], cwd=repo.path, env=repo.env(), text=True,
+                          capture_output=True, check=False, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["flat", "src"])
-def test_init_then_fill_in_passes_and_a_numerics_change_is_caught(tmp_path: Path,
-                                                                  layout: str) -> None:
+def test_init_then_fill_in_passes_and_a_numerics_change_is_caught(tmp_path: Path, layout: str,
+                                                                  our_wheel: Path) -> None:
+    """The README's "Use it in your project", in order, in a new environment: torch-regression
+    from its wheel (torch and the rest seen from this environment, not installed again), the
+    library installed editable, `torch-regression init`, the starter filled in, invoke test."""
     repo = _library(tmp_path, layout)
-    done = _init(repo)
+    python = venv_with_wheel(our_wheel, tmp_path / "venv")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--no-index", "-e", "."], cwd=repo.path, check=True, env=repo.env(),
+                   capture_output=True)
+    done = _init(repo, command=(str(Path(python).parent / "torch-regression"),))
     assert done.returncode == 0, output(done)
     for path in ("config.yaml", "tasks.py", STARTER, WORKFLOW):
         assert f"wrote {path}" in done.stdout
@@ -74,7 +98,7 @@ def test_init_then_fill_in_passes_and_a_numerics_change_is_caught(tmp_path: Path
     assert f"path: {'src' if layout == 'src' else '.'}" in config
     kept = _init(repo)  # never over a file that exists
     assert kept.returncode == 0 and kept.stdout.count("kept ") == 4, output(kept)
-    unedited = repo.invoke("test")
+    unedited = repo.invoke("test", python=python)
     assert unedited.returncode == 0, output(unedited)
     assert "fill in MODELS, build() and example_input()" in output(unedited)
     starter = (repo.path / STARTER).read_text()
@@ -83,12 +107,12 @@ def test_init_then_fill_in_passes_and_a_numerics_change_is_caught(tmp_path: Path
     repo.write(STARTER, starter)
     repo.git("add", "-f", "config.yaml")
     repo.commit("regression tests")
-    passed = repo.invoke("test")
+    passed = repo.invoke("test", python=python)
     assert passed.returncode == 0, output(passed)
     assert "6 cases: 6 identical, 0 changed" in passed.stdout
     package = "src/minilib" if layout == "src" else "minilib"
     repo.write(f"{package}/__init__.py", MINILIB.format(slope="0.02"))
-    changed = repo.invoke("test")
+    changed = repo.invoke("test", python=python)
     assert changed.returncode == 1, output(changed)
     assert "CHANGED tests/regression/test_regression.py::test_forward_no_grad[mini-mlp]" \
            in changed.stdout
