@@ -226,7 +226,7 @@ def scan_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[st
 
 def bisection_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[str]:
     """What a bisect found, for the terminal; `subject_line` gives a commit's first line."""
-    from .report import mismatch_message
+    from .report import changed_detail, mismatch_message
 
     good, bad = short(result.good), short(result.bad)
     if not result.cases:
@@ -236,11 +236,13 @@ def bisection_lines(result: Bisection, subject_line: Callable[[str], str]) -> li
     if result.first is not None:
         lines.append(f"first commit whose outputs differ from good {good}: "
                      f"{short(result.first)} {subject_line(result.first)}")
-        for case, changed in result.differences.items():
-            checked = len(changed)
+        for number, (case, changed) in enumerate(result.differences.items()):
+            if number:  # the first case in full, the others in one line each
+                lines.append(f"  {case}: {changed_detail(changed)}")
+                continue
             lines.append(f"  {case}:")
             lines += [f"    {line}" for line in
-                      mismatch_message(f"good {good}", changed, checked).splitlines()]
+                      mismatch_message(f"good {good}", changed, len(changed)).splitlines()]
     else:
         lines.append("the first commit whose outputs differ is one of these (the skipped "
                      "commits between them hide which):")
