@@ -82,7 +82,9 @@ MODELS: list[str] = []  # e.g. ["resnet18", "vit_tiny"]
 
 
 def build(name: str) -> torch.nn.Module:
-    """The model called `name`, freshly initialised (torch-regression seeds every case)."""
+    """The model called `name`, freshly initialised (torch-regression seeds every case).
+    A model with lazy modules (nn.LazyLinear...) needs one forward on a dummy batch here
+    before its weights exist to be checked."""
     raise NotImplementedError("fill in build() in tests/regression/test_regression.py")
 
 
@@ -206,7 +208,7 @@ def init(root: Path, shards: int, python: str, force: bool, echo: Echo) -> list[
                               "`torch-regression init` in your repository's root folder")
     if not 1 <= shards <= 64:
         raise RegressionError(f"--shards {shards}: give 1 to 64 CI runners")
-    written = []
+    written, ignored = [], []
     for relative, text in files(root, shards, python).items():
         target = root / relative
         if target.exists() and not force:
@@ -217,11 +219,22 @@ def init(root: Path, shards: int, python: str, force: bool, echo: Echo) -> list[
         written.append(relative)
         echo(f"wrote {relative}")
         if git_process(root, "check-ignore", "-q", relative).returncode == 0:
+            ignored.append(relative)
             echo(f"warning: your .gitignore hides {relative}, so CI would run without it; "
                  f"commit it anyway with `git add -f {relative}`, or add `!/{relative}` to "
                  ".gitignore")
     echo("next:")
     echo(f"  1. fill in MODELS, build() and example_input() in {STARTER}")
     echo("  2. invoke test          # records the reference, then checks your working tree")
-    echo("  3. git add -A && git commit -m 'Regression tests'   # then push: CI runs them")
+    echo("  3. in .github/workflows/regression.yml, set TORCH_REGRESSION to where CI installs "
+         "torch-regression from (a wheel's URL or a git URL), then commit and push:")
+    add = " ".join(p for p in files_written_or_kept(root) if p not in ignored)
+    forced = f" && git add -f {' '.join(ignored)}" if ignored else ""
+    echo(f"     git add {add}{forced} && git commit -m 'Regression tests'")
     return written
+
+
+def files_written_or_kept(root: Path) -> list[str]:
+    """The paths init manages that exist now."""
+    return [p for p in ("config.yaml", "tasks.py", STARTER, ".github/workflows/regression.yml")
+            if (root / p).exists()]

@@ -375,6 +375,9 @@ def _find_nondeterministic(suite: Suite, recorded: dict[str, str], echo: Echo) -
             if record is not None:
                 suite.entry.save_case(replace(record, status=NONDETERMINISTIC,
                                               reason=found[nodeid]))
+    if recorded and suite.repeat > 1 and not found:
+        echo(f"no nondeterministic case: each of the {len(recorded)} recorded gave the same "
+             f"outputs {suite.repeat} times")
     return found
 
 

@@ -69,6 +69,9 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
     generation = Generation(**result["generation"]) if result["generation"] else Generation()
     for line in generation_lines(generation, int(result["cases"])):
         print(line)
+    if (repeat or resolved.settings.determinism.repeat) > 1 and not generation.recorded:
+        print("no case was recorded, so none was checked for nondeterminism: `invoke gen "
+              "--force --repeat 2` records every case again, twice")
 
 
 @task(help={"reference": REFERENCE_HELP, "shard": SHARD_HELP,

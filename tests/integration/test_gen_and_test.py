@@ -294,6 +294,8 @@ def test_nondeterministic_case_is_found_by_repeat_and_never_reported_changed(
     strict = subject_repo.invoke("test", "--reference", "HEAD", "--strict")
     assert strict.returncode == 1, output(strict)
     assert "nondeterministic at the reference" in strict.stdout
+    warm = subject_repo.invoke("gen", "--reference", "HEAD", "--repeat", "2")
+    assert "no case was recorded, so none was checked for nondeterminism" in warm.stdout
     # config.yaml's determinism.repeat does the same for every recording, invoke test's too.
     subject_repo.write("config.yaml", CONFIG.format(reference="HEAD", path=".")
                        + "  repeat: 2\n")

@@ -92,7 +92,10 @@ def test_init_then_fill_in_passes_and_a_numerics_change_is_caught(tmp_path: Path
         assert f"wrote {path}" in done.stdout
     assert "warning: your .gitignore hides config.yaml" in done.stdout
     assert "git add -f config.yaml" in done.stdout
-    assert "invoke test" in done.stdout.split("next:")[1]
+    steps = done.stdout.split("next:")[1]
+    assert "invoke test" in steps and "set TORCH_REGRESSION" in steps
+    assert (f"git add tasks.py {STARTER} {WORKFLOW} && git add -f config.yaml && git commit"
+            in steps)  # the file .gitignore hides is forced in, and only these files added
     config = (repo.path / "config.yaml").read_text()
     assert "reference: v0.1" in config and "packages: [minilib]" in config
     assert f"path: {'src' if layout == 'src' else '.'}" in config
