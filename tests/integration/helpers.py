@@ -238,3 +238,23 @@ def venv_with_wheel(wheel: Path, folder: Path) -> str:
                     "--no-deps", "--no-index", "--ignore-installed", str(wheel)], check=True,
                    capture_output=True)  # here, beside the editable install it also sees
     return python
+
+
+def installable_pyproject(name: str, where: str, pytest_settings: str = "") -> str:
+    """A pyproject.toml that pip can install (editable too) from the `where` folder, with
+    pytest's settings section."""
+    return f"""\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "1.0"
+
+[tool.setuptools.packages.find]
+where = ["{where}"]
+include = ["{name}*"]
+
+[tool.pytest.ini_options]
+{pytest_settings}"""

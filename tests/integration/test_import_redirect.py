@@ -8,7 +8,8 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from helpers import CONFIG, SUBJECT, TASKS, TESTS, Repo, init_repo, output, venv_with_wheel
+from helpers import (CONFIG, SUBJECT, TASKS, TESTS, Repo, init_repo, installable_pyproject,
+                     output, venv_with_wheel)
 
 ROOT_CONFTEST = """\
 import subj  # imported while conftest loads: before any test, with rootdir first on sys.path
@@ -27,20 +28,7 @@ def _src_layout_repo(tmp_path: Path) -> Repo:
     repo.write("conftest.py", ROOT_CONFTEST)
     repo.write("tasks.py", TASKS)
     repo.write(".gitignore", "__pycache__/\n*.egg-info/\nbuild/\n")
-    repo.write("pyproject.toml", """\
-        [build-system]
-        requires = ["setuptools>=64"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "subj"
-        version = "1.0"
-
-        [tool.setuptools.packages.find]
-        where = ["src"]
-
-        [tool.pytest.ini_options]
-        """)
+    repo.write("pyproject.toml", installable_pyproject("subj", "src"))
     repo.commit("src layout")
     return repo
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import Repo, init_repo, output, venv_with_wheel
+from helpers import Repo, init_repo, installable_pyproject, output, venv_with_wheel
 
 MINILIB = """\
 import torch
@@ -46,22 +46,7 @@ def _library(tmp_path: Path, layout: str) -> Repo:
                                     "    assert minilib.list_models()\n")
     repo.write(".gitignore", "/*.yaml\n__pycache__/\n*.egg-info/\nbuild/\n")
     where = "src" if layout == "src" else "."
-    repo.write("pyproject.toml", f"""\
-        [build-system]
-        requires = ["setuptools>=64"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "minilib"
-        version = "0.1"
-
-        [tool.setuptools.packages.find]
-        where = ["{where}"]
-        include = ["minilib*"]
-
-        [tool.pytest.ini_options]
-        addopts = "-q"
-        """)
+    repo.write("pyproject.toml", installable_pyproject("minilib", where, 'addopts = "-q"\n'))
     repo.commit("minilib 0.1")
     repo.git("tag", "v0.1")
     return repo
