@@ -105,22 +105,10 @@ def _in_one_line(message: str) -> str:
 def _differences(before: dict[str, dict[str, object]], after: dict[str, dict[str, object]]
                  ) -> dict[str, list[tuple[str, list[Difference]]]]:
     """The cases whose outputs differ, each with every differing output's differences."""
-    from .compare import Difference, compare
+    from .compare import compare_outputs
 
-    found: dict[str, list[tuple[str, list[Difference]]]] = {}
-    for case, outputs in before.items():
-        now = after[case]
-        changed = []
-        for name in dict.fromkeys([*outputs, *now]):
-            if name not in outputs or name not in now:
-                changed.append((name, [Difference(repr(name), "present at one commit only")]))
-            else:
-                differences = compare(outputs[name], now[name], name=repr(name))
-                if differences:
-                    changed.append((name, differences))
-        if changed:
-            found[case] = changed
-    return found
+    found = {case: compare_outputs(outputs, after[case]) for case, outputs in before.items()}
+    return {case: changed for case, changed in found.items() if changed}
 
 
 def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bisection:
@@ -132,21 +120,20 @@ def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> B
     echo(f"recording good {short(good)} and bad {short(bad)} ...")
     at_good = recorder.outputs(good, result.cases)
     at_bad = recorder.outputs(bad, result.cases)
-    if at_good is None or at_bad is None:
-        which = good if at_good is None else bad
-        raise RegressionError(f"the {'good' if which == good else 'bad'} commit {short(which)} "
-                              f"cannot be recorded ({result.skipped[which]}); choose another")
-    differing = _differences(at_good, at_bad)
-    if not differing:
-        result.cases = []
+    for name, sha, outputs in (("good", good, at_good), ("bad", bad, at_bad)):
+        if outputs is None:
+            raise RegressionError(f"the {name} commit {short(sha)} cannot be recorded "
+                                  f"({result.skipped[sha]}); choose another")
+    assert at_good is not None and at_bad is not None
+    differences = _differences(at_good, at_bad)
+    result.cases = sorted(differences)
+    if not differences:
         return result
-    result.cases = sorted(differing)
     at_good = {c: at_good[c] for c in result.cases}
     differ = "differs" if len(result.cases) == 1 else "differ"
     echo(f"{_count(len(result.cases), 'case')} {differ} between good and bad; bisecting "
          f"{len(commits)} commits that touch {suite.reference.settings.subject_path}")
     low, high = -1, len(commits) - 1  # good's outputs at low (-1: good), differing at high
-    differences = _differences(at_good, {c: at_bad[c] for c in result.cases})
     while high - low > 1:
         middle = _untried(commits, low, high, result.skipped)
         if middle is None:

@@ -38,6 +38,21 @@ def compare(reference: object, actual: object, name: str = "") -> list[Differenc
             for d in _compare(reference, actual, ())]
 
 
+def compare_outputs(before: dict[str, object], after: dict[str, object]
+                    ) -> list[tuple[str, list[Difference]]]:
+    """Two recordings of one case, outputs by name: each output that differs (or that only
+    one of them has), with its differences, in order of name as first seen."""
+    changed = []
+    for name in dict.fromkeys([*before, *after]):
+        if name not in before or name not in after:
+            changed.append((name, [Difference(repr(name), "present in one recording only")]))
+        else:
+            differences = compare(before[name], after[name], name=repr(name))
+            if differences:
+                changed.append((name, differences))
+    return changed
+
+
 def _compare(reference: object, actual: object, path: tuple[object, ...]) -> Iterator[Difference]:
     label = path_label(path)
     if _kind(reference) != _kind(actual):

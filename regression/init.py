@@ -209,7 +209,8 @@ def init(root: Path, shards: int, python: str, force: bool, echo: Echo) -> list[
     if not 1 <= shards <= 64:
         raise RegressionError(f"--shards {shards}: give 1 to 64 CI runners")
     written, ignored = [], []
-    for relative, text in files(root, shards, python).items():
+    managed = files(root, shards, python)
+    for relative, text in managed.items():
         target = root / relative
         if target.exists() and not force:
             echo(f"kept {relative}: it exists (--force overwrites it)")
@@ -228,13 +229,7 @@ def init(root: Path, shards: int, python: str, force: bool, echo: Echo) -> list[
     echo("  2. invoke test          # records the reference, then checks your working tree")
     echo("  3. in .github/workflows/regression.yml, set TORCH_REGRESSION to where CI installs "
          "torch-regression from (a wheel's URL or a git URL), then commit and push:")
-    add = " ".join(p for p in files_written_or_kept(root) if p not in ignored)
+    add = " ".join(p for p in managed if p not in ignored)
     forced = f" && git add -f {' '.join(ignored)}" if ignored else ""
     echo(f"     git add {add}{forced} && git commit -m 'Regression tests'")
     return written
-
-
-def files_written_or_kept(root: Path) -> list[str]:
-    """The paths init manages that exist now."""
-    return [p for p in ("config.yaml", "tasks.py", STARTER, ".github/workflows/regression.yml")
-            if (root / p).exists()]

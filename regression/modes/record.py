@@ -243,7 +243,7 @@ class Recorder:
     def _differing(self) -> dict[str, list[str]]:
         """Verify mode: the cases whose outputs differ from what the first recording stored,
         each with the names of those outputs (all of them if it no longer ran)."""
-        from ..compare import compare
+        from ..compare import compare_outputs
 
         entry = self._entry()
         differ = {}
@@ -254,9 +254,7 @@ class Recorder:
             before = {o.name: o.value for o in stored.outputs}
             sink = self.sinks.get(nodeid)
             now = {o.name: o.value for o in sink.outputs} if sink and nodeid in self.ran else {}
-            names = sorted(name for name in before.keys() | now.keys()
-                           if name not in before or name not in now
-                           or compare(before[name], now[name], name=repr(name)))
+            names = sorted(name for name, _ in compare_outputs(before, now))
             if names:
                 differ[nodeid] = names
         return differ
