@@ -58,6 +58,9 @@ class Job:
     """Check: recordings of each case to record (0: config.yaml's `determinism.repeat`)."""
     verify: bool = False
     """Record: compare each case's outputs with the stored ones instead of storing them."""
+    trace: str = ""
+    """Record: trace every module call of the one wanted case into this folder (`invoke
+    explain`), with its checked outputs, instead of storing them in the cache."""
     selection: str = ""
     """Check: how the user chose the cases to run (`-k EXPR`, node ids); empty for all. The
     cases it leaves out are neither recorded nor missed."""

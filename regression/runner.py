@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -226,12 +226,29 @@ def _tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
 
 def collect(reference: Reference, subject_root: Path | None = None) -> Suite:
     """The candidate's regression cases and environment, as pytest itself sees them."""
+    result = _collected(reference, subject_root)
+    cases = {str(k): str(v) for k, v in result["cases"].items()}
+    parts = {str(k): str(v) for k, v in result["parts"].items()}
+    return Suite(reference, cases, Entry(reference.settings.cache_dir, parts),
+                 subject_root=subject_root)
+
+
+def matching_cases(reference: Reference, expression: str) -> list[str]:
+    """The regression cases a pytest `-k` expression selects, as pytest itself matches."""
+    return [str(c) for c in _collected(reference, None, ("-k", expression))["selected"]]
+
+
+def _collected(reference: Reference, subject_root: Path | None,
+               select: Sequence[str] = ()) -> dict[str, Any]:
+    """What a collect run writes: every case with its harness digest, the cases `select`
+    leaves selected, and the environment's parts."""
     settings = reference.settings
     with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
         job = Job(mode=COLLECT, result=str(Path(folder) / "result.json"),
                   config=str(settings.path), reference=reference.sha,
                   subject_root=str(subject_root or ""))
-        process = _pytest(settings, ["--collect-only", "-q", *settings.tests], job, True)
+        process = _pytest(settings, ["--collect-only", "-q", *select, *settings.tests], job,
+                          True)
         result = job.read_result()
         if result and "error" in result:
             raise _record_error(reference, str(result["error"]), str(result.get("message")))
@@ -241,9 +258,7 @@ def collect(reference: Reference, subject_root: Path | None = None) -> Suite:
                 f"(exit {process.returncode}); fix the errors below, then run again:\n"
                 f"{_tail(process)}"
             )
-    cases = {str(k): str(v) for k, v in result["cases"].items()}
-    parts = {str(k): str(v) for k, v in result["parts"].items()}
-    return Suite(reference, cases, Entry(settings.cache_dir, parts), subject_root=subject_root)
+    return result
 
 
 @dataclass(frozen=True)
@@ -396,32 +411,59 @@ def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
 def _record(suite: Suite, todo: dict[str, str], echo: Echo,
             verify: bool = False) -> dict[str, Any]:
     reference = suite.reference
-    settings = reference.settings
     try:
-        with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder, \
-                reference_worktree(reference.repo, reference.sha) as worktree:
-            job = Job(mode=RECORD, result=str(Path(folder) / "result.json"),
-                      config=str(settings.path), reference=reference.sha,
-                      subject_root=str(worktree / settings.subject_path),
+        with reference_worktree(reference.repo, reference.sha) as worktree:
+            job = Job(mode=RECORD, result="", config=str(reference.settings.path),
+                      reference=reference.sha,
+                      subject_root=str(worktree / reference.settings.subject_path),
                       parts=suite.entry.parts, cases=todo, workers=suite.workers,
                       verify=verify)
-            process = _pytest(settings, ["-q", "--no-header", "-rN",
-                                         "--continue-on-collection-errors", *settings.tests],
-                              job, True, progress=lambda line: echo(f"  {line}"))
-            result = job.read_result()
+            return _recording(reference, job, echo)
     except KeyboardInterrupt:
         kept = _still_valid(suite.entry, todo)
         echo(f"recording interrupted: {kept} of {len(todo)} cases were stored and are kept; "
              "the reference worktree was removed. `invoke gen` records the rest.")
         raise
+
+
+def _recording(reference: Reference, job: Job, echo: Echo, working_tree: bool = False
+               ) -> dict[str, Any]:
+    """Run a record job in a new process: its result, or its error raised here.
+    `working_tree`: the job's subject is the working tree's, not the reference's."""
+    settings = reference.settings
+    with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
+        job = replace(job, result=str(Path(folder) / "result.json"))
+        process = _pytest(settings, ["-q", "--no-header", "-rN",
+                                     "--continue-on-collection-errors", *settings.tests],
+                          job, True, progress=lambda line: echo(f"  {line}"))
+        result = job.read_result()
     if result is None:
         raise RegressionError(
-            f"recording at {reference.label} stopped without a result "
+            f"recording {'in the working tree' if working_tree else f'at {reference.label}'}"
+            f" stopped without a result "
             f"(exit {process.returncode}):\n{_tail(process)}"
         )
     if "error" in result:
-        raise _record_error(reference, str(result["error"]), str(result.get("message", "")))
+        raise _record_error(reference, str(result["error"]), str(result.get("message", "")),
+                            working_tree)
     return result
+
+
+def trace_case(reference: Reference, nodeid: str, harness: str, folder: Path,
+               working_tree: bool, echo: Echo) -> None:
+    """Run one case with every module call traced into `folder`: with the subject of the
+    reference (from a worktree), or of the working tree. Nothing goes into the cache."""
+    settings = reference.settings
+    with ExitStack() as stack:
+        root = settings.root if working_tree else stack.enter_context(
+            reference_worktree(reference.repo, reference.sha))
+        job = Job(mode=RECORD, result="", config=str(settings.path), reference=reference.sha,
+                  subject_root=str(root / settings.subject_path), cases={nodeid: harness},
+                  trace=str(folder))
+        result = _recording(reference, job, echo, working_tree)
+    where = "in the working tree" if working_tree else f"at {reference.label}"
+    for case, reason in result.get("absent", {}).items():
+        raise RegressionError(f"{case} cannot be traced {where}: {reason}")
 
 
 def _still_valid(entry: Entry, todo: dict[str, str]) -> int:
@@ -435,9 +477,15 @@ def _still_valid(entry: Entry, todo: dict[str, str]) -> int:
     return count
 
 
-def _record_error(reference: Reference, kind: str, message: str) -> RegressionError:
+def _record_error(reference: Reference, kind: str, message: str,
+                  working_tree: bool = False) -> RegressionError:
+    packages = ", ".join(reference.settings.subject_packages)
+    if kind == "subject_import" and working_tree:
+        return SubjectImportError(
+            f"the subject ({packages}) fails to import in the working tree:\n"
+            f"{message.rstrip()}\nFix: make it import (`python -c 'import "
+            f"{reference.settings.subject_packages[0]}'` shows the error), then run again.")
     if kind == "subject_import":
-        packages = ", ".join(reference.settings.subject_packages)
         return SubjectImportError(
             f"the subject ({packages}) fails to import at the reference {reference.label}, "
             f"so nothing can be recorded there:\n{message.rstrip()}\n"

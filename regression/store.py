@@ -167,7 +167,7 @@ def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> t
     Streams each tensor's memory to the file and hashes it on the way: no serialized copy.
     """
     _require_little_endian()
-    problem = next(filter(None, (_unwritable(n, t) for n, t in tensors.items())), "")
+    problem = next(filter(None, (unwritable(n, t) for n, t in tensors.items())), "")
     if problem:
         dtypes = sorted({str(t.dtype) for t in tensors.values()})
         raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): "
@@ -180,7 +180,7 @@ def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> t
     return name, content_digest
 
 
-def _unwritable(name: str, tensor: torch.Tensor) -> str:
+def unwritable(name: str, tensor: torch.Tensor) -> str:
     """Why `tensor` cannot be written as it is; "" when it can."""
     if tensor.dtype not in _NAMES:
         return f"{name!r} is {tensor.dtype}, which safetensors has no name for"
@@ -189,6 +189,19 @@ def _unwritable(name: str, tensor: torch.Tensor) -> str:
     if not tensor.is_contiguous():
         return f"{name!r} is not contiguous; pass tensor.contiguous()"
     return ""
+
+
+class _Nowhere:
+    """A stream that keeps nothing: for a digest of what a file would hold."""
+
+    def write(self, data: bytes | memoryview) -> int:
+        return len(data)
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """The content hash `save_tensors` would give these (contiguous, storable) tensors,
+    without writing them anywhere."""
+    return _write(_Nowhere(), tensors)  # type: ignore[arg-type]
 
 
 def _write(stream: IO[bytes], tensors: dict[str, torch.Tensor]) -> str:

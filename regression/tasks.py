@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -326,5 +327,58 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
     _translate(lambda: _bisect(good, bad, case, scan))
 
 
+def _explain(case: str, reference: str | None) -> None:
+    from .explain import explain as compare_traces, explanation_lines
+    from .runner import trace_case
+    from .trace import read_trace
+
+    resolved = resolve(_settings(), reference)
+    suite = collect(resolved)
+    nodeid = _one_case(resolved, suite, case)
+    with tempfile.TemporaryDirectory(prefix="torch-regression-trace-") as folder:
+        traces = []
+        for working_tree in (False, True):
+            where = "in the working tree" if working_tree else f"at {resolved.label}"
+            print(f"tracing {nodeid} {where} ...")
+            side = Path(folder) / ("working-tree" if working_tree else "reference")
+            side.mkdir()
+            trace_case(resolved, nodeid, suite.cases[nodeid], side, working_tree, print)
+            traces.append(read_trace(side))
+        for line in explanation_lines(compare_traces(*traces), nodeid, resolved.label):
+            print(line)
+
+
+def _one_case(resolved: Reference, suite: Suite, case: str) -> str:
+    """The one case `case` names: a node id, or a -k expression that matches one case."""
+    from .runner import matching_cases
+
+    if case in suite.cases:
+        return case
+    if "::" in case:
+        raise RegressionError(f"{case} is not a regression case of this suite; give a node "
+                              "id as `invoke shards --list` prints it, or a -k expression")
+    matched = matching_cases(resolved, case)
+    if len(matched) == 1:
+        return matched[0]
+    if not matched:
+        raise RegressionError(f"no regression case matches -k {case!r}; give a node id as "
+                              "`invoke shards --list` prints it, or another expression")
+    listed = "\n  ".join(matched[:10]) + (f"\n  ... and {len(matched) - 10} more"
+                                          if len(matched) > 10 else "")
+    raise RegressionError(f"-k {case!r} matches {len(matched)} cases, and explain traces one:"
+                          f"\n  {listed}\nNarrow the expression, or give one node id.")
+
+
+@task(help={
+    "case": "the case: a node id as pytest prints it, or a -k expression that matches one "
+            "case, e.g. 'test_forward and vit-tiny'",
+    "reference": REFERENCE_HELP,
+})
+def explain(c: Context, case: str, reference: str | None = None) -> None:
+    """Name the first layer whose outputs differ from the reference's, with its inputs the
+    same: the case runs at both with every module call traced."""
+    _translate(lambda: _explain(case, reference))
+
+
 cache = Collection("cache", list_, verify, prune, clear)
-ns = Collection(gen, test, key, shards, compare, bisect, cache)
+ns = Collection(gen, test, key, shards, compare, bisect, explain, cache)

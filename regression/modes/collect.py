@@ -54,8 +54,10 @@ class Collector:
         digests = HarnessDigests(config.rootpath, extra)
         cases = {i.nodeid: digests.of(i.path) for i in [*items, *self.deselected]
                  if uses_fixture(i)}
+        selected = [i.nodeid for i in items if uses_fixture(i)]
         parts = environment_parts(self.settings, self.job.reference)
-        self.job.write_result({"cases": dict(sorted(cases.items())), "parts": parts})
+        self.job.write_result({"cases": dict(sorted(cases.items())), "selected": selected,
+                               "parts": parts})
 
     def fixture(self, item: pytest.Item) -> object:
         pytest.fail("the regression fixture does not run while collecting", pytrace=False)

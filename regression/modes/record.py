@@ -121,6 +121,16 @@ class Recorder:
         if uses_fixture(item):
             determinism.apply(self.settings.determinism)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        """`invoke explain`: every module call of the case's body goes into its trace."""
+        if not self.job.trace:
+            return (yield)
+        from ..trace import Tracer
+
+        with Tracer(Path(self.job.trace)):
+            return (yield)
+
     def fixture(self, item: pytest.Item) -> Regression:
         from ..fixture import RecordSink, Regression
 
@@ -158,7 +168,9 @@ class Recorder:
             try:
                 verify_origins(self.settings.subject_packages, self.subject_root)
                 self._require_no_strays()
-                if self.job.verify:
+                if self.job.trace:
+                    self._done(self._traced(), session)
+                elif self.job.verify:
                     self._done({"differ": self._differing()}, session)
                 else:
                     recorded, absent = self._store()
@@ -239,6 +251,19 @@ class Recorder:
                 recorded.append(nodeid)
             # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
         return recorded, absent
+
+    def _traced(self) -> dict[str, Any]:
+        """Trace mode: the case's checked outputs go next to its trace, not to the cache."""
+        from ..trace import write_outputs
+
+        for nodeid in self.job.cases:
+            sink = self.sinks.get(nodeid)
+            if nodeid in self.ran and nodeid not in self.absent:
+                outputs = {o.name: o.value for o in sink.outputs} if sink else {}
+                write_outputs(Path(self.job.trace), outputs)
+                return {"recorded": [nodeid], "absent": {}}
+        return {"recorded": [], "absent": {n: self.absent.get(n) or self._not_collected(n)
+                                           or "it did not run" for n in self.job.cases}}
 
     def _differing(self) -> dict[str, list[str]]:
         """Verify mode: the cases whose outputs differ from what the first recording stored,
