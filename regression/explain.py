@@ -37,6 +37,8 @@ class Explanation:
     found: Call | None = None
     """The first call whose inputs are identical and outputs differ."""
     found_differences: list[Difference] = field(default_factory=list)
+    found_calls_inner: bool = False
+    """Whether the module found called submodules of its own."""
     calls: tuple[int, int] = (0, 0)
     """How many module calls each trace holds: reference, working tree."""
     unmatched: list[Call] = field(default_factory=list)
@@ -67,6 +69,8 @@ def explain(reference: Trace, candidate: Trace) -> Explanation:
                                                candidate.call_outputs(call), name="output")
     if result.found is not None:
         result.window = _window(candidate.calls, result.found, verdicts)
+        inner = f"{result.found.name}."
+        result.found_calls_inner = any(c.name.startswith(inner) for c in candidate.calls)
     return result
 
 
@@ -143,7 +147,7 @@ def _state_lines(result: Explanation) -> list[str]:
                 "are bit-identical, as first called"]
     lines = [f"parameters and buffers: {len(result.states)} of {result.state_count} differ, "
              "as first called: a change of initialisation or loading, not of forward code"]
-    lines += [f"  {difference}" for _, differences in result.states for difference in differences]
+    lines += [f"  {difference}" for _, changed in result.states for difference in changed]
     return lines
 
 
@@ -155,9 +159,13 @@ def _found_lines(result: Explanation) -> list[str]:
     if any(name.startswith(f"{found.name}.") for name, _ in result.states):
         lines.append("  its own parameters or buffers differ (above): the weights changed, "
                      "not necessarily its code")
-    else:
+    elif result.found_calls_inner:
         lines.append("  every submodule it called with the same inputs gave the same outputs: "
-                     "the change is in its own forward code or in a function it calls")
+                     "the change is in its own forward code, its settings (attributes that are "
+                     "not parameters) or a function it calls")
+    else:
+        lines.append("  it calls no submodule: the change is in its forward code, its settings "
+                     "(attributes that are not parameters) or a function it calls")
     lines += [f"  {line}" for difference in result.found_differences
               for line in difference.report()]
     lines.append("calls around it, in the order they start:")

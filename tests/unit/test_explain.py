@@ -58,7 +58,8 @@ def test_a_change_in_a_modules_own_code_names_that_module(tmp_path: Path) -> Non
     text = "\n".join(explanation_lines(found, "t::case", "v1"))
     assert "first module whose inputs are bit-identical and outputs differ: Model.mix (Mix)" \
         in text
-    assert "the change is in its own forward code" in text
+    assert "every submodule it called with the same inputs gave the same outputs: the " \
+           "change is in its own forward code" in text
     assert "output: float32[2, 4]: " in text and "ULP distances" in text
     # the table: its inner Linear was given the same inputs and computed the same
     assert "same    same         Model.mix.inner (Linear), call 1" in text
@@ -79,6 +80,18 @@ def test_changed_weights_are_named_as_parameters_not_code(tmp_path: Path) -> Non
            "initialisation or loading" in text
     assert "Model.last.weight: float32[2, 4]: 8 of 8 elements differ" in text
     assert "its own parameters or buffers differ (above)" in text
+
+
+def test_a_changed_setting_of_a_leaf_module_names_that_module(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    reference = _traced(tmp_path / "r", nn.Sequential(nn.Linear(4, 4), nn.GELU()))
+    torch.manual_seed(0)
+    changed = nn.Sequential(nn.Linear(4, 4), nn.GELU(approximate="tanh"))
+    found = explain(reference, _traced(tmp_path / "c", changed))
+    assert found.found is not None and found.found.name == "Sequential.1"
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert "Sequential.1 (GELU), call 1\n  it calls no submodule: the change is in its " \
+           "forward code, its settings" in text
 
 
 def test_a_change_outside_every_module_is_said_to_be_between_calls(tmp_path: Path) -> None:
