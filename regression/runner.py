@@ -462,8 +462,10 @@ def trace_case(reference: Reference, nodeid: str, harness: str, folder: Path,
                   trace=str(folder))
         result = _recording(reference, job, echo, working_tree)
     where = "in the working tree" if working_tree else f"at {reference.label}"
+    fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
+        "; choose another --reference"
     for case, reason in result.get("absent", {}).items():
-        raise RegressionError(f"{case} cannot be traced {where}: {reason}")
+        raise RegressionError(f"{case} cannot be traced {where}: {reason}{fix}")
 
 
 def _still_valid(entry: Entry, todo: dict[str, str]) -> int:

@@ -262,8 +262,9 @@ class Recorder:
                 outputs = {o.name: o.value for o in sink.outputs} if sink else {}
                 write_outputs(Path(self.job.trace), outputs)
                 return {"recorded": [nodeid], "absent": {}}
-        return {"recorded": [], "absent": {n: self.absent.get(n) or self._not_collected(n)
-                                           or "it did not run" for n in self.job.cases}}
+        return {"recorded": [], "absent": {  # the parent says where: not "at the reference"
+            n: (self.absent.get(n) or "").replace(" at the reference", "")
+            or self._not_collected(n) or "it did not run" for n in self.job.cases}}
 
     def _differing(self) -> dict[str, list[str]]:
         """Verify mode: the cases whose outputs differ from what the first recording stored,

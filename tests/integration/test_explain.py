@@ -86,6 +86,13 @@ def test_explain_refuses_what_is_not_one_case(zoo: Repo) -> None:
     unknown = zoo.invoke("explain", "tests/regression/test_zoo.py::test_nope")
     assert unknown.returncode == 2
     assert "test_nope is not a regression case of this suite" in unknown.stderr
-    same = zoo.invoke("explain", CASE)  # the reference is HEAD: nothing changed
-    assert same.returncode == 0, output(same)
-    assert same.stdout.rstrip().endswith("nothing to explain")
+    vit = zoo.path / "zoo" / "vit.py"
+    original = vit.read_text()
+    vit.write_text(original.replace(HEAD, HEAD + "        raise RuntimeError('broken')\n"))
+    try:
+        broken = zoo.invoke("explain", CASE)
+    finally:
+        vit.write_text(original)
+    assert broken.returncode == 2, output(broken)
+    assert f"{CASE} cannot be traced in the working tree: failed: " in broken.stderr
+    assert "RuntimeError: broken" in broken.stderr and "Traceback" not in broken.stderr
