@@ -464,8 +464,9 @@ def trace_case(reference: Reference, nodeid: str, harness: str, folder: Path,
     where = "in the working tree" if working_tree else f"at {reference.label}"
     fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
         "; choose another --reference"
-    for case, reason in result.get("absent", {}).items():
-        raise RegressionError(f"{case} cannot be traced {where}: {reason}{fix}")
+    absent = result.get("absent", {})
+    if absent:
+        raise RegressionError(f"{nodeid} cannot be traced {where}: {absent[nodeid]}{fix}")
 
 
 def _still_valid(entry: Entry, todo: dict[str, str]) -> int:

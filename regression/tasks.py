@@ -15,7 +15,7 @@ from invoke.tasks import task
 
 from .config import MAX_REPEAT, Settings, find_config, load_settings
 from . import inventory
-from .errors import RegressionError
+from .errors import CollectionError, RegressionError
 from .durations import read_durations
 from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from .report import generation_lines
@@ -357,7 +357,14 @@ def _one_case(resolved: Reference, suite: Suite, case: str) -> str:
     if "::" in case:
         raise RegressionError(f"{case} is not a regression case of this suite; give a node "
                               "id as `invoke shards --list` prints it, or a -k expression")
-    matched = matching_cases(resolved, case)
+    try:
+        matched = matching_cases(resolved, case)
+    except CollectionError as exc:
+        wrong = [line for line in str(exc).splitlines() if "Wrong expression" in line]
+        if not wrong:
+            raise
+        raise RegressionError(f"{wrong[0].removeprefix('ERROR: ')}\nGive a node id, or a "
+                              "pytest -k expression such as 'test_forward and vit'") from None
     if len(matched) == 1:
         return matched[0]
     if not matched:

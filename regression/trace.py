@@ -1,32 +1,37 @@
 """A trace of every torch.nn.Module call of one case, for `invoke explain`.
 
 Global forward hooks note each call in the order calls finish: its module's qualified name
-in the outermost module, the digest of its tensor inputs (taken as the call starts) and its
-outputs, which go to a file of their own at once. The outermost modules' parameters and
-buffers are written when each is first called. Nothing stays in memory but one line per
-call, so memory is bounded by the largest single module output, not by the trace.
+in the outermost module, the digest of its inputs (taken as the call starts, with the state
+of torch's random generator) and of its outputs, which go to a file of their own at once.
+Each parameter and buffer of an outermost module is written, one file each, when that
+module is first called. Nothing stays in memory but one line per call, so memory is bounded
+by the largest single module output, not by the trace.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import weakref
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import IO, Any, Iterator, Mapping
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
 from .fingerprint import digest
+from .nodes import MAX_DEPTH
 from .store import Encoder, decode, save_tensors, tensors_digest, tensors_from_file, unwritable
 
 CALLS = "calls.jsonl"
 STATES = "states.jsonl"
 OUTPUTS = "outputs.json"
-MAX_DEPTH = 32
 WHOLE = "<value>"
 """The path of a value that is itself a tensor."""
+PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
+"""Leaves other than tensors whose text says all about them."""
 
 
 @dataclass(frozen=True)
@@ -44,12 +49,19 @@ class Call:
     depth: int
     """0 for an outermost call."""
     inputs: str
-    """Digest of the tensor inputs (positional ones as the call started) and the rest."""
+    """Digest of the inputs: tensors (positional ones as the call started), other leaves,
+    and the random generators' state."""
     outputs: str
     """Digest of the outputs."""
     file: str = ""
     """The file in `calls/` holding the output tensors; "" when there are none."""
     file_digest: str = ""
+    """That file's content hash, checked when it is read."""
+    other: dict[str, str] = field(default_factory=dict)
+    """The outputs that are not tensors, by path, as text."""
+    unknown: str = ""
+    """What the digests cannot see ("inputs", "outputs", "inputs and outputs"): a value
+    that is neither a tensor nor plain data nor a container of them (a cache object)."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -59,16 +71,19 @@ class Call:
 
 @dataclass(frozen=True)
 class State:
-    """One parameter or buffer of an outermost module, when that module was first called."""
+    """One parameter or buffer of an outermost module, as that module was first called."""
 
     name: str
-    digest: str
     file: str
-    file_digest: str
+    """Its own file, so that reading one reads no other."""
+    digest: str
+    """The file's content hash: equal hashes, equal dtype, shape and bits."""
 
 
 @dataclass(frozen=True)
 class _Open:
+    """A call that has started and not finished."""
+
     module: int
     name: str
     kind: str
@@ -76,24 +91,36 @@ class _Open:
     depth: int
     entered: int
     inputs: str
+    unknown: bool
 
 
 class Tracer:
-    """While entered, writes every module call of this process to `folder`."""
+    """While entered, writes every module call of this process to `folder`. A failure of
+    its own (a full disk, a tensor it cannot read) stops the trace, never the case: it is
+    kept in `problem`."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.calls_folder = folder / "calls"
-        self.calls_folder.mkdir(parents=True, exist_ok=True)
+        self.states_folder = folder / "states"
         self.stack: list[_Open] = []
-        self.roots: dict[int, tuple[str, dict[int, str]]] = {}
-        """Each outermost module by id: its label and its submodules' names by id."""
+        self.roots: dict[int, tuple[weakref.ref[torch.nn.Module], str, dict[int, str]]] = {}
+        """Each outermost module by id: the module, its label, its submodules' names by id."""
         self.labels: Counter[str] = Counter()
         self.numbers: Counter[str] = Counter()
         self.entered = 0
+        self.stored = 0
+        """Parameters and buffers written so far."""
         self.handles: list[RemovableHandle] = []
+        self.problem = ""
+        self.calls: IO[str] | None = None
+        self.states: IO[str] | None = None
 
     def __enter__(self) -> Tracer:
+        for folder in (self.calls_folder, self.states_folder):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.calls = open(self.folder / CALLS, "a", encoding="utf-8")
+        self.states = open(self.folder / STATES, "a", encoding="utf-8")
         hooks = torch.nn.modules.module
         self.handles = [hooks.register_module_forward_pre_hook(self._start),
                         hooks.register_module_forward_hook(self._finish, with_kwargs=True,
@@ -103,72 +130,111 @@ class Tracer:
     def __exit__(self, *exc_info: object) -> None:
         for handle in self.handles:
             handle.remove()
+        for stream in (self.calls, self.states):
+            if stream is not None:
+                stream.close()
 
     def _start(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        if not self.stack and id(module) not in self.roots:
-            self._add_root(module)
-        name = self._name(module)
-        self.numbers[name] += 1
-        self.stack.append(_Open(id(module), name, type(module).__qualname__,
-                                self.numbers[name], len(self.stack), self.entered,
-                                _digest(args)))
-        self.entered += 1
+        if self.problem:
+            return
+        try:
+            if not self.stack and self._root(module) is None:
+                self._add_root(module)
+            name = self._name(module)
+            self.numbers[name] += 1
+            inputs, unknown = _digest(args)
+            self.stack.append(_Open(id(module), name, type(module).__qualname__,
+                                    self.numbers[name], len(self.stack), self.entered,
+                                    digest(f"{inputs}|{_generators()}".encode()), unknown))
+            self.entered += 1
+        except Exception as exc:  # noqa: BLE001 - the case goes on; explain reports it
+            self._stop(exc)
 
-    def _finish(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                output: Any) -> None:
+    def _finish(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
+        """After a call: (kwargs, output); after a call that raised, torch passes only
+        (output) and the call is dropped from the trace."""
+        if self.problem:
+            return
         while self.stack and self.stack[-1].module != id(module):
-            self.stack.pop()  # a call that raised before its hook ran
+            self.stack.pop()  # a call that raised where no hook saw it
         if not self.stack:
             return
         started = self.stack.pop()
-        tensors, other = _leaves(output)
+        if len(rest) != 2:
+            return
+        try:
+            self._write_call(started, *rest)
+        except Exception as exc:  # noqa: BLE001 - the case goes on; explain reports it
+            self._stop(exc)
+
+    def _write_call(self, started: _Open, kwargs: dict[str, Any], output: Any) -> None:
+        tensors, other, unknown_outputs = _leaves(output)
         file = content = ""
         if tensors:
             file, content = save_tensors(self.calls_folder, f"{started.entered:06d}", tensors)
-        inputs = digest(f"{started.inputs}|{_digest(kwargs)}".encode())
+        keywords, unknown_keywords = _digest(kwargs)
+        unknown = [part for part, hidden in (("inputs", started.unknown or unknown_keywords),
+                                             ("outputs", unknown_outputs)) if hidden]
         call = Call(started.entered, started.name, started.kind, started.number,
-                    started.depth, inputs, digest(json.dumps([content, other]).encode()),
-                    file, content)
-        _append(self.folder / CALLS, asdict(call))
+                    started.depth, digest(f"{started.inputs}|{keywords}".encode()),
+                    digest(json.dumps([content, other]).encode()), file, content, other,
+                    " and ".join(unknown))
+        self._append(self.calls, asdict(call))
+
+    def _stop(self, exc: Exception) -> None:
+        self.problem = f"{type(exc).__name__}: {exc}"
+        for handle in self.handles:
+            handle.remove()
+
+    def _append(self, stream: IO[str] | None, data: Mapping[str, object]) -> None:
+        assert stream is not None, "the tracer writes only while entered"
+        stream.write(json.dumps(data) + "\n")
+
+    def _root(self, module: torch.nn.Module) -> tuple[str, dict[int, str]] | None:
+        """The label and names of `module` as an outermost module already seen; None when
+        it is not one (an id of a module since freed does not count)."""
+        known = self.roots.get(id(module))
+        if known is None or known[0]() is not module:
+            return None
+        return known[1], known[2]
 
     def _add_root(self, module: torch.nn.Module) -> None:
         kind = type(module).__qualname__
         self.labels[kind] += 1
         label = kind if self.labels[kind] == 1 else f"{kind}#{self.labels[kind]}"
         names = {id(m): f"{label}.{n}" if n else label for n, m in module.named_modules()}
-        self.roots[id(module)] = (label, names)
-        state = {f"{label}.{n}": t for n, t in [*module.named_parameters(),
-                                                *module.named_buffers()]}
-        stored = {n: s for n, s in ((n, _storable(t)) for n, t in state.items())
-                  if s is not None}
-        if not stored:
-            return
-        file, content = save_tensors(self.folder, f"state{len(self.roots)}", stored)
-        for name, tensor in stored.items():
-            _append(self.folder / STATES,
-                    asdict(State(name, tensors_digest({"t": tensor}), file, content)))
+        self.roots[id(module)] = (weakref.ref(module), label, names)
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            stored = _storable(tensor)  # one at a time: one tensor in host memory at once
+            if stored is None:
+                continue
+            file, content = save_tensors(self.states_folder, f"{self.stored:06d}",
+                                         {"t": stored})
+            self.stored += 1
+            self._append(self.states, asdict(State(f"{label}.{name}", file, content)))
 
     def _name(self, module: torch.nn.Module) -> str:
         """The module's name in the outermost module being called, or in any outermost
         module seen; its class in angle brackets when it belongs to none."""
-        if self.stack:
-            _, names = self.roots.get(self.stack[0].module, ("", {}))
-            if id(module) in names:
-                return names[id(module)]
-        for _, names in self.roots.values():
-            if id(module) in names:
-                return names[id(module)]
+        outermost = [self.stack[0].module] if self.stack else []
+        for root in [*outermost, *self.roots]:
+            known = self.roots.get(root)
+            if known is not None and known[0]() is not None and id(module) in known[2]:
+                return known[2][id(module)]
         return f"<{type(module).__qualname__}>"
 
 
-def _append(path: Path, data: Mapping[str, object]) -> None:
-    with open(path, "a", encoding="utf-8") as stream:
-        stream.write(json.dumps(data) + "\n")
+def _generators() -> str:
+    """Digest of the state of torch's global random generators (what dropout draws from)."""
+    states = {"cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        states.update((f"cuda{i}", s) for i, s in enumerate(torch.cuda.get_rng_state_all()))
+    return tensors_digest(states)
 
 
 def _storable(tensor: torch.Tensor) -> torch.Tensor | None:
-    """`tensor` as a dense, contiguous CPU tensor safetensors can hold; None if it cannot be
-    made one (a meta tensor)."""
+    """`tensor`'s bits as a dense, contiguous CPU tensor safetensors can hold; None if it
+    has none to read (a meta tensor)."""
     tensor = tensor.detach()
     if tensor.is_meta:
         return None
@@ -176,16 +242,19 @@ def _storable(tensor: torch.Tensor) -> torch.Tensor | None:
         tensor = tensor.to_dense()
     if tensor.is_quantized:
         tensor = tensor.int_repr()
-    tensor = tensor.cpu().contiguous()
-    if unwritable("t", tensor):
-        tensor = tensor.view(torch.uint8) if tensor.dim() else tensor.reshape(1).view(torch.uint8)
+    tensor = tensor.resolve_conj().resolve_neg().cpu().contiguous()
+    if unwritable("t", tensor):  # a dtype safetensors has no name for: its bytes
+        tensor = tensor.reshape(-1).view(torch.uint8)
     return tensor
 
 
-def _leaves(value: object) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The tensors nested in `value` by path, and a text for every other leaf."""
+def _leaves(value: object) -> tuple[dict[str, torch.Tensor], dict[str, str], bool]:
+    """The tensors nested in `value` by path, a text for every other leaf, and whether any
+    leaf is a value these cannot show (an object that is no container, a tensor without
+    data)."""
     tensors: dict[str, torch.Tensor] = {}
     other: dict[str, str] = {}
+    unknown = False
     for path, leaf in _walk(value, "", 0):
         if isinstance(leaf, torch.Tensor):
             storable = _storable(leaf)
@@ -193,28 +262,39 @@ def _leaves(value: object) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
                 tensors[path or WHOLE] = storable
                 continue
             other[path] = f"tensor {leaf.dtype} {tuple(leaf.shape)} on {leaf.device}"
-        elif leaf is None or isinstance(leaf, (bool, int, float, str, torch.dtype)):
+            unknown = True
+        elif isinstance(leaf, PLAIN):
             other[path] = repr(leaf)
         else:
-            other[path] = type(leaf).__qualname__
-    return tensors, other
+            other[path] = f"<{type(leaf).__qualname__}>"
+            unknown = True
+    return tensors, other, unknown
 
 
 def _walk(value: object, path: str, depth: int) -> Iterator[tuple[str, object]]:
-    if depth < MAX_DEPTH and isinstance(value, (list, tuple)):
+    """Each leaf of `value` with its path: lists, tuples, mappings and dataclasses are
+    walked into."""
+    if depth >= MAX_DEPTH or isinstance(value, (torch.Tensor, *PLAIN)):
+        yield path, value
+    elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             yield from _walk(item, f"{path}[{index}]", depth + 1)
-    elif depth < MAX_DEPTH and isinstance(value, Mapping):
+    elif isinstance(value, Mapping):
         for key, item in value.items():
             yield from _walk(item, f"{path}[{key!r}]", depth + 1)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            yield from _walk(getattr(value, item.name), f"{path}.{item.name}", depth + 1)
     else:
         yield path, value
 
 
-def _digest(value: object) -> str:
-    """One digest of every tensor's bits and every other leaf in `value`."""
-    tensors, other = _leaves(value)
-    return digest(json.dumps([tensors_digest(tensors) if tensors else "", other]).encode())
+def _digest(value: object) -> tuple[str, bool]:
+    """One digest of every tensor's bits and every other leaf in `value`, and whether a
+    leaf is one it cannot see into."""
+    tensors, other, unknown = _leaves(value)
+    return digest(json.dumps([tensors_digest(tensors) if tensors else "", other]).encode()), \
+        unknown
 
 
 def write_outputs(folder: Path, outputs: Mapping[str, object]) -> None:
@@ -248,7 +328,7 @@ class Trace:
     def state(self, name: str) -> torch.Tensor:
         """The parameter or buffer `name`, as first called."""
         state = self.states[name]
-        return tensors_from_file(self.folder / state.file, state.file_digest)[name]
+        return tensors_from_file(self.folder / "states" / state.file, state.digest)["t"]
 
 
 def read_trace(folder: Path) -> Trace:

@@ -47,6 +47,8 @@ class Recorder:
         self.from_workers: list[dict[str, Any]] = []
         self.finished = 0
         self.config: pytest.Config | None = None
+        self.trace_problem = ""
+        """Trace mode: why the trace of the case stopped, if it did."""
 
     def pytest_configure(self, config: pytest.Config) -> None:
         self.config = config
@@ -128,8 +130,11 @@ class Recorder:
             return (yield)
         from ..trace import Tracer
 
-        with Tracer(Path(self.job.trace)):
-            return (yield)
+        with Tracer(Path(self.job.trace)) as tracer:
+            try:
+                return (yield)
+            finally:
+                self.trace_problem = tracer.problem
 
     def fixture(self, item: pytest.Item) -> Regression:
         from ..fixture import RecordSink, Regression
@@ -256,6 +261,12 @@ class Recorder:
         """Trace mode: the case's checked outputs go next to its trace, not to the cache."""
         from ..trace import write_outputs
 
+        if self.trace_problem:
+            disk = ("; a trace needs room for every module output of the case in the "
+                    "temporary folder: point TMPDIR at a disk with more room"
+                    if self.trace_problem.startswith("OSError") else "")
+            return {"error": "TraceError", "message": "the trace of the case stopped, so it "
+                    f"cannot be explained: {self.trace_problem}{disk}"}
         for nodeid in self.job.cases:
             sink = self.sinks.get(nodeid)
             if nodeid in self.ran and nodeid not in self.absent:

@@ -19,7 +19,7 @@ class Mix(nn.Module):
         self.inner = nn.Linear(4, 4)
         self.bump = bump
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: object = None) -> torch.Tensor:
         return torch.tanh(self.inner(x)) * (1 + self.bump)
 
 
@@ -35,11 +35,12 @@ class Model(nn.Module):
         return out
 
 
-def _traced(folder: Path, model: nn.Module, after: float = 1.0) -> Trace:
-    """`model` traced on fixed inputs; its output times `after` is the case's output."""
+def _traced(folder: Path, model: nn.Module, after: float | None = 1.0) -> Trace:
+    """`model` traced on fixed inputs; its output times `after` is the case's output (its
+    output as it is: None)."""
     x = torch.linspace(-1, 1, 8).reshape(2, 4)
     with Tracer(folder):
-        out = model(x) * after
+        out = model(x) if after is None else model(x) * after
     write_outputs(folder, {"out": out})
     return read_trace(folder)
 
@@ -114,7 +115,48 @@ def test_calls_only_the_working_tree_makes_are_listed(tmp_path: Path) -> None:
     found = explain(reference, _traced(tmp_path / "c", wrapped))
     text = "\n".join(explanation_lines(found, "t::case", "v1"))
     assert found.found is None
-    assert "the working tree makes module calls the reference does not" in text
+    assert "the two make different calls (below): the model's structure changed" in text
     assert "calls the reference does not make: Sequential.0.first (call 1), " in text
-    assert text.endswith(" and 2 more")  # five named, of seven
+    assert " and 2 more\ncalls the working tree does not make: Model.first (call 1), " in text
     assert "parameters and buffers: 12 of 12 differ" in text  # other names: in one only
+
+
+class Cached(nn.Module):
+    """Mix, given a cache object the trace cannot see into."""
+
+    def __init__(self, bump: float) -> None:
+        super().__init__()
+        self.mix = Mix(bump)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.mix(x, cache=object())
+        return out
+
+
+def test_a_call_with_values_the_trace_cannot_see_is_never_named(tmp_path: Path) -> None:
+    def model(bump: float) -> nn.Module:
+        torch.manual_seed(0)
+        return Cached(bump)
+
+    found = explain(_traced(tmp_path / "r", model(0.0)), _traced(tmp_path / "c", model(1e-6)))
+    assert found.found is not None and found.found.name == "Cached"  # not Cached.mix
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert "?       DIFF       Cached.mix (Mix), call 1" in text
+    assert "it called Cached.mix with values the trace cannot compare (?)" in text
+    assert "?: holds values that are neither tensors nor plain data" in text
+
+
+class Counted(nn.Module):
+    def __init__(self, extra: int) -> None:
+        super().__init__()
+        self.extra = extra
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return x, x.shape[0] + self.extra
+
+
+def test_a_differing_value_that_is_not_a_tensor_is_shown(tmp_path: Path) -> None:
+    found = explain(_traced(tmp_path / "r", Counted(0), after=None),
+                    _traced(tmp_path / "c", Counted(1), after=None))
+    assert found.found is not None and found.found.name == "Counted"
+    assert [str(d) for d in found.found_differences] == ["output[1]: 3, reference 2"]
