@@ -449,8 +449,8 @@ def _recording(reference: Reference, job: Job, echo: Echo, working_tree: bool = 
     return result
 
 
-def trace_case(reference: Reference, nodeid: str, harness: str, folder: Path,
-               working_tree: bool, echo: Echo) -> None:
+def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bool,
+               echo: Echo) -> None:
     """Run one case with every module call traced into `folder`: with the subject of the
     reference (from a worktree), or of the working tree. Nothing goes into the cache."""
     settings = reference.settings
@@ -458,7 +458,7 @@ def trace_case(reference: Reference, nodeid: str, harness: str, folder: Path,
         root = settings.root if working_tree else stack.enter_context(
             reference_worktree(reference.repo, reference.sha))
         job = Job(mode=RECORD, result="", config=str(settings.path), reference=reference.sha,
-                  subject_root=str(root / settings.subject_path), cases={nodeid: harness},
+                  subject_root=str(root / settings.subject_path), cases={nodeid: ""},
                   trace=str(folder))
         result = _recording(reference, job, echo, working_tree)
     where = "in the working tree" if working_tree else f"at {reference.label}"

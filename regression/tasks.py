@@ -15,7 +15,7 @@ from invoke.tasks import task
 
 from .config import MAX_REPEAT, Settings, find_config, load_settings
 from . import inventory
-from .errors import CollectionError, RegressionError
+from .errors import RegressionError
 from .durations import read_durations
 from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from .report import generation_lines
@@ -329,51 +329,15 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
 
 def _explain(case: str, reference: str | None) -> None:
     from .explain import explain as compare_traces, explanation_lines
-    from .runner import trace_case
-    from .trace import read_trace
+    from .tracing import pick_case, traced
 
     resolved = resolve(_settings(), reference)
-    suite = collect(resolved)
-    nodeid = _one_case(resolved, suite, case)
+    nodeid = pick_case(resolved, case)
     with tempfile.TemporaryDirectory(prefix="torch-regression-trace-") as folder:
-        traces = []
-        for working_tree in (False, True):
-            where = "in the working tree" if working_tree else f"at {resolved.label}"
-            print(f"tracing {nodeid} {where} ...")
-            side = Path(folder) / ("working-tree" if working_tree else "reference")
-            side.mkdir()
-            trace_case(resolved, nodeid, suite.cases[nodeid], side, working_tree, print)
-            traces.append(read_trace(side))
-        for line in explanation_lines(compare_traces(*traces), nodeid, resolved.label):
+        at_reference, here = traced(resolved, nodeid, Path(folder), print)
+        for line in explanation_lines(compare_traces(at_reference, here), nodeid,
+                                      resolved.label):
             print(line)
-
-
-def _one_case(resolved: Reference, suite: Suite, case: str) -> str:
-    """The one case `case` names: a node id, or a -k expression that matches one case."""
-    from .runner import matching_cases
-
-    if case in suite.cases:
-        return case
-    if "::" in case:
-        raise RegressionError(f"{case} is not a regression case of this suite; give a node "
-                              "id as `invoke shards --list` prints it, or a -k expression")
-    try:
-        matched = matching_cases(resolved, case)
-    except CollectionError as exc:
-        wrong = [line for line in str(exc).splitlines() if "Wrong expression" in line]
-        if not wrong:
-            raise
-        raise RegressionError(f"{wrong[0].removeprefix('ERROR: ')}\nGive a node id, or a "
-                              "pytest -k expression such as 'test_forward and vit'") from None
-    if len(matched) == 1:
-        return matched[0]
-    if not matched:
-        raise RegressionError(f"no regression case matches -k {case!r}; give a node id as "
-                              "`invoke shards --list` prints it, or another expression")
-    listed = "\n  ".join(matched[:10]) + (f"\n  ... and {len(matched) - 10} more"
-                                          if len(matched) > 10 else "")
-    raise RegressionError(f"-k {case!r} matches {len(matched)} cases, and explain traces one:"
-                          f"\n  {listed}\nNarrow the expression, or give one node id.")
 
 
 @task(help={

@@ -83,6 +83,9 @@ def test_explain_refuses_what_is_not_one_case(zoo: Repo) -> None:
     assert CASE in many.stderr and "Traceback" not in many.stderr
     none = zoo.invoke("explain", "no_such_model")
     assert none.returncode == 2 and "no regression case matches -k 'no_such_model'" in none.stderr
+    wrong = zoo.invoke("explain", "vit and (")
+    assert wrong.returncode == 2 and "Wrong expression passed to '-k': vit and (" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
     unknown = zoo.invoke("explain", "tests/regression/test_zoo.py::test_nope")
     assert unknown.returncode == 2
     assert "test_nope is not a regression case of this suite" in unknown.stderr
