@@ -142,10 +142,12 @@ def not_run_lines(missing: Sequence[str], total: int, why: Callable[[str], str],
     return lines
 
 
-def generation_lines(generation: Generation, total: int) -> list[str]:
+def generation_lines(generation: Generation) -> list[str]:
     """What a generation did, for the terminal."""
     if not generation.recorded and not generation.absent:
-        return [f"reference up to date: all {total} cases reused from the cache, nothing "
+        reused = generation.reused
+        cases = "case" if reused == 1 else "cases"
+        return [f"reference up to date: {reused} {cases} reused from the cache, nothing "
                 "generated"]
     lines = [f"recorded {len(generation.recorded)} cases, reused {generation.reused}"]
     lines += [f"not in reference: {nodeid}: {reason}"

@@ -67,8 +67,11 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
     if result is None or code:
         raise RegressionError(f"the generation at {resolved.label} stopped (pytest exit "
                               f"{code}) before it finished; its output is above")
-    generation = Generation(**result["generation"]) if result["generation"] else Generation()
-    for line in generation_lines(generation, int(result["cases"])):
+    if not result["generation"]:
+        print("nothing generated: no case was selected")
+        return
+    generation = Generation(**result["generation"])
+    for line in generation_lines(generation):
         print(line)
     if (repeat or resolved.settings.determinism.repeat) > 1 and not generation.recorded:
         print("no case was recorded, so none was checked for nondeterminism: `invoke gen "

@@ -185,7 +185,7 @@ class Checker:
         prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
                            self._echo, record=not no_gen)
         if prepared.generation is not None and not self.gen_only:
-            for line in generation_lines(prepared.generation, len(prepared.chosen)):
+            for line in generation_lines(prepared.generation):
                 self._echo(line)
         determinism.prepare_process(settings.device)
         determinism.apply(settings.determinism)  # once here: the first call takes seconds

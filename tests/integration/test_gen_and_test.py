@@ -229,6 +229,12 @@ def test_k_and_node_ids_record_and_check_only_the_chosen_cases(subject_repo: Rep
     assert changed.returncode == 1, output(changed)
     assert "CHANGED tests/test_more.py::test_scaled[2]" in changed.stdout
     assert "test_scaled[1]" not in changed.stdout and "test_forward" not in changed.stdout
+    # what was reused is counted among the cases selected, not all of them
+    assert "1 of 4 cases selected by -k 'scaled and 2'" in changed.stdout
+    assert "reference up to date: 1 case reused from the cache" in changed.stdout
+    nothing = subject_repo.invoke("gen", "--reference", "HEAD", "-k", "no_such_case")
+    assert nothing.returncode == 0, output(nothing)
+    assert "nothing generated: no case was selected" in nothing.stdout
 
 
 @pytest.mark.parametrize(("args", "message"), [
