@@ -157,8 +157,8 @@ class Recorder:
             self.ran.add(report.nodeid)
         if report.failed or report.skipped:
             verb = "skipped" if report.skipped else "failed"
-            self.absent.setdefault(report.nodeid,
-                                   f"{verb} at the reference: {self._reason(report)}")
+            where = "" if self.job.trace else " at the reference"  # explain says where
+            self.absent.setdefault(report.nodeid, f"{verb}{where}: {self._reason(report)}")
         return report
 
     def _reason(self, report: pytest.TestReport | pytest.CollectReport) -> str:
@@ -273,9 +273,9 @@ class Recorder:
                 outputs = {o.name: o.value for o in sink.outputs} if sink else {}
                 write_outputs(Path(self.job.trace), outputs)
                 return {"recorded": [nodeid], "absent": {}}
-        return {"recorded": [], "absent": {  # the parent says where: not "at the reference"
-            n: (self.absent.get(n) or "").replace(" at the reference", "")
-            or self._not_collected(n) or "it did not run" for n in self.job.cases}}
+        return {"recorded": [], "absent": {
+            n: self.absent.get(n) or self._not_collected(n) or "it did not run"
+            for n in self.job.cases}}
 
     def _differing(self) -> dict[str, list[str]]:
         """Verify mode: the cases whose outputs differ from what the first recording stored,
