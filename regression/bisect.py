@@ -48,8 +48,10 @@ class Bisection:
 def commits_between(reference: Reference, good: str, bad: str) -> list[str]:
     """The commits after `good` up to `bad` (on a path from one to the other) that touch the
     subject's folder, oldest first, and `bad` itself last."""
-    if good == bad or git_process(reference.repo, "merge-base", "--is-ancestor", good,
-                                  bad).returncode != 0:
+    if good == bad:
+        raise RegressionError(f"good and bad are the same commit, {short(good)}: give --good "
+                              "an older commit, or --bad a newer one")
+    if git_process(reference.repo, "merge-base", "--is-ancestor", good, bad).returncode != 0:
         raise RegressionError(f"good {short(good)} is not an ancestor of bad {short(bad)}: "
                               "give --good an older commit that bad descends from")
     listed = run_git(reference.repo, "rev-list", "--reverse", "--ancestry-path",
@@ -117,7 +119,7 @@ def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> B
     commits = commits_between(suite.reference, good, bad)
     result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases))
     recorder = _Recorder(suite, echo, result)
-    echo(f"recording good {short(good)} and bad {short(bad)} ...")
+    echo(f"trying good {short(good)} and bad {short(bad)} ...")
     at_good = recorder.outputs(good, result.cases)
     at_bad = recorder.outputs(bad, result.cases)
     for name, sha, outputs in (("good", good, at_good), ("bad", bad, at_bad)):
@@ -132,14 +134,15 @@ def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> B
     at_good = {c: at_good[c] for c in result.cases}
     differ = "differs" if len(result.cases) == 1 else "differ"
     echo(f"{_count(len(result.cases), 'case')} {differ} between good and bad; bisecting "
-         f"{len(commits)} commits that touch {suite.reference.settings.subject_path}")
+         f"{_count(len(commits), 'commit')} that touch{'es' if len(commits) == 1 else ''} "
+         f"{suite.reference.settings.subject_path}")
     low, high = -1, len(commits) - 1  # good's outputs at low (-1: good), differing at high
     while high - low > 1:
         middle = _untried(commits, low, high, result.skipped)
         if middle is None:
             result.candidates = commits[low + 1:high + 1]
             return result
-        echo(f"recording {short(commits[middle])} ({middle + 1} of {len(commits)}) ...")
+        echo(f"trying {short(commits[middle])} ({middle + 1} of {len(commits)}) ...")
         outputs = recorder.outputs(commits[middle], result.cases)
         if outputs is None:
             echo(f"  skipped: {result.skipped[commits[middle]]}")
@@ -160,13 +163,13 @@ def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bis
     commits = commits_between(suite.reference, good, bad)
     result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases))
     recorder = _Recorder(suite, echo, result)
-    echo(f"recording good {short(good)} ...")
+    echo(f"trying good {short(good)} ...")
     before = recorder.outputs(good, result.cases)
     if before is None:
         raise RegressionError(f"the good commit {short(good)} cannot be recorded "
                               f"({result.skipped[good]}); choose another")
     for number, sha in enumerate(commits, 1):
-        echo(f"recording {short(sha)} ({number} of {len(commits)}) ...")
+        echo(f"trying {short(sha)} ({number} of {len(commits)}) ...")
         now = recorder.outputs(sha, result.cases)
         if now is None:
             echo(f"  skipped: {result.skipped[sha]}")
@@ -198,8 +201,9 @@ def scan_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[st
     """What a scan found: each commit that changed outputs, each case in one line."""
     from .report import changed_detail
 
+    verb = "changes" if len(result.changes) == 1 else "change"
     lines = [f"{len(result.changes)} of {_count(len(result.commits), 'commit')} after good "
-             f"{short(result.good)} change outputs of the {_count(len(result.cases), 'case')} "
+             f"{short(result.good)} {verb} outputs of the {_count(len(result.cases), 'case')} "
              "judged:"]
     for sha, changed in result.changes:
         lines.append(f"  {short(sha)} {subject_line(sha)}")

@@ -37,8 +37,8 @@ class Explanation:
     """How many module calls each trace holds: reference, working tree."""
     states: list[tuple[str, list[Difference]]] = field(default_factory=list)
     """Parameters and buffers of the outermost modules that differ (or are in one only)."""
-    state_count: int = 0
-    """Parameters and buffers in either trace, by name."""
+    all_states: list[str] = field(default_factory=list)
+    """The names of the parameters and buffers in either trace."""
     found: Call | None = None
     """The first call whose inputs are identical and outputs differ."""
     found_differences: list[Difference] = field(default_factory=list)
@@ -59,7 +59,8 @@ def explain(reference: Trace, candidate: Trace) -> Explanation:
     """Compare the traces of one case at the reference and in the working tree."""
     result = Explanation(compare_outputs(reference.outputs, candidate.outputs),
                          calls=(len(reference.calls), len(candidate.calls)))
-    result.states, result.state_count = _state_differences(reference, candidate)
+    result.states = _state_differences(reference, candidate)
+    result.all_states = list(dict.fromkeys([*reference.states, *candidate.states]))
     at_reference = {call.key: call for call in reference.calls}
     here = {call.key for call in candidate.calls}
     result.only_there = [call for call in reference.calls if call.key not in here]
@@ -112,10 +113,9 @@ def _inner_calls(calls: list[Call], found: Call) -> list[Call]:
             if call.entered > found.entered and call.depth == found.depth + 1]
 
 
-def _state_differences(reference: Trace, candidate: Trace
-                       ) -> tuple[list[tuple[str, list[Difference]]], int]:
+def _state_differences(reference: Trace, candidate: Trace) -> list[tuple[str, list[Difference]]]:
     """Each parameter or buffer that differs, with its difference (the first few read and
-    compared, the rest named); and how many there are in all."""
+    compared, the rest named)."""
     changed: list[tuple[str, list[Difference]]] = []
     for name in dict.fromkeys([*reference.states, *candidate.states]):
         before, after = reference.states.get(name), candidate.states.get(name)
@@ -128,7 +128,7 @@ def _state_differences(reference: Trace, candidate: Trace
                 changed.append((name, found or [Difference(name, "differs")]))
             else:
                 changed.append((name, [Difference(name, "differs")]))
-    return changed, len(set(reference.states) | set(candidate.states))
+    return changed
 
 
 def _window(calls: list[Call], found: Call, verdicts: dict[tuple[str, int], tuple[str, str]]
@@ -178,13 +178,15 @@ def _unmatched_lines(title: str, calls: list[Call], most: int = 5) -> list[str]:
 
 
 def _state_lines(result: Explanation) -> list[str]:
-    if not result.state_count:
+    if not result.all_states:
         return []
+    modules = sorted({name.split(".", 1)[0] for name in result.all_states})
+    whose = f"of the outermost module{'s' if len(modules) > 1 else ''} ({', '.join(modules)})"
     if not result.states:
-        return [f"parameters and buffers: all {result.state_count} of the outermost modules "
-                "are bit-identical, as first called"]
-    lines = [f"parameters and buffers: {len(result.states)} of {result.state_count} differ, "
-             "as first called: a change of initialisation or loading, not of forward code"]
+        return [f"parameters and buffers {whose}: all {len(result.all_states)} bit-identical, as "
+                "first called"]
+    lines = [f"parameters and buffers {whose}: {len(result.states)} of {len(result.all_states)} "
+             "differ, as first called: weights initialised or loaded differently"]
     lines += [f"  {difference}" for _, changed in result.states for difference in changed]
     return lines
 

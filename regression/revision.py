@@ -140,8 +140,8 @@ def _not_found_message(repo: git.Repo, revision: str) -> str:
             "actions/checkout `fetch-depth: 0`."
         )
     return (
-        f"{message}. Fix: check the spelling in config.yaml or --reference "
-        "(a tag, branch, commit SHA or expression like HEAD~1); "
+        f"{message}. Fix: check the spelling of {revision!r} where you gave it (a tag, "
+        "branch, commit SHA or expression like HEAD~1); "
         "for a tag or branch of a remote, run `git fetch --tags origin` first."
     )
 

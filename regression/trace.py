@@ -94,6 +94,17 @@ class _Open:
     unknown: bool
 
 
+@dataclass
+class _Root:
+    """An outermost module: the module, its label, its submodules' names by id, and the
+    names of its parameters and buffers written so far."""
+
+    module: weakref.ref[torch.nn.Module]
+    label: str
+    names: dict[int, str]
+    kept: set[str] = field(default_factory=set)
+
+
 class Tracer:
     """While entered, writes every module call of this process to `folder`. A failure of
     its own (a full disk, a tensor it cannot read) stops the trace, never the case: it is
@@ -104,8 +115,8 @@ class Tracer:
         self.calls_folder = folder / "calls"
         self.states_folder = folder / "states"
         self.stack: list[_Open] = []
-        self.roots: dict[int, tuple[weakref.ref[torch.nn.Module], str, dict[int, str]]] = {}
-        """Each outermost module by id: the module, its label, its submodules' names by id."""
+        self.roots: dict[int, _Root] = {}
+        """Each outermost module seen, by id."""
         self.labels: Counter[str] = Counter()
         self.numbers: Counter[str] = Counter()
         self.entered = 0
@@ -138,8 +149,8 @@ class Tracer:
         if self.problem:
             return
         try:
-            if not self.stack and self._root(module) is None:
-                self._add_root(module)
+            if not self.stack:
+                self._keep_states(self._root(module) or self._add_root(module), module)
             name = self._name(module)
             self.numbers[name] += 1
             inputs, unknown = _digest(args)
@@ -190,28 +201,34 @@ class Tracer:
         assert stream is not None, "the tracer writes only while entered"
         stream.write(json.dumps(data) + "\n")
 
-    def _root(self, module: torch.nn.Module) -> tuple[str, dict[int, str]] | None:
-        """The label and names of `module` as an outermost module already seen; None when
-        it is not one (an id of a module since freed does not count)."""
+    def _root(self, module: torch.nn.Module) -> _Root | None:
+        """`module` as an outermost module already seen; None when it is not one (an id of
+        a module since freed does not count)."""
         known = self.roots.get(id(module))
-        if known is None or known[0]() is not module:
-            return None
-        return known[1], known[2]
+        return known if known is not None and known.module() is module else None
 
-    def _add_root(self, module: torch.nn.Module) -> None:
+    def _add_root(self, module: torch.nn.Module) -> _Root:
         kind = type(module).__qualname__
         self.labels[kind] += 1
         label = kind if self.labels[kind] == 1 else f"{kind}#{self.labels[kind]}"
         names = {id(m): f"{label}.{n}" if n else label for n, m in module.named_modules()}
-        self.roots[id(module)] = (weakref.ref(module), label, names)
+        root = self.roots[id(module)] = _Root(weakref.ref(module), label, names)
+        return root
+
+    def _keep_states(self, root: _Root, module: torch.nn.Module) -> None:
+        """Write the parameters and buffers of an outermost module not written yet: all of
+        them at its first call, but for those of lazy modules, written once they exist."""
         for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if name in root.kept or torch.nn.parameter.is_lazy(tensor):
+                continue
+            root.kept.add(name)
             stored = _storable(tensor)  # one at a time: one tensor in host memory at once
             if stored is None:
                 continue
             file, content = save_tensors(self.states_folder, f"{self.stored:06d}",
                                          {"t": stored})
             self.stored += 1
-            self._append(self.states, asdict(State(f"{label}.{name}", file, content)))
+            self._append(self.states, asdict(State(f"{root.label}.{name}", file, content)))
 
     def _name(self, module: torch.nn.Module) -> str:
         """The module's name in the outermost module being called, or in any outermost
@@ -219,8 +236,8 @@ class Tracer:
         outermost = [self.stack[0].module] if self.stack else []
         for root in [*outermost, *self.roots]:
             known = self.roots.get(root)
-            if known is not None and known[0]() is not None and id(module) in known[2]:
-                return known[2][id(module)]
+            if known is not None and known.module() is not None and id(module) in known.names:
+                return known.names[id(module)]
         return f"<{type(module).__qualname__}>"
 
 

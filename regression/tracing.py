@@ -3,6 +3,7 @@ the working tree, each in a process of its own."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Callable
 
@@ -17,8 +18,11 @@ def pick_case(reference: Reference, case: str) -> str:
     """The one regression case `case` names: a node id, or a pytest -k expression that
     matches exactly one case. One collection either way."""
     if "::" in case:
-        if case not in collect(reference).cases:
-            raise RegressionError(f"{case} is not a regression case of this suite; give a "
+        cases = collect(reference).cases
+        if case not in cases:
+            close = difflib.get_close_matches(case, cases, n=1)
+            hint = f"did you mean {close[0]}? Or give" if close else "give"
+            raise RegressionError(f"{case} is not a regression case of this suite; {hint} a "
                                   "node id as `invoke shards --list` prints it, or a -k "
                                   "expression")
         return case

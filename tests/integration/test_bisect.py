@@ -54,6 +54,10 @@ def test_bisect_without_a_difference_and_with_bad_input(subject_repo: Repo) -> N
     backwards = subject_repo.invoke("bisect", "--good", "HEAD", "--bad", "v1")
     assert backwards.returncode == 2
     assert "is not an ancestor of bad" in backwards.stderr
+    one = subject_repo.invoke("bisect", "--good", "HEAD")  # bad defaults to HEAD
+    assert one.returncode == 2 and "good and bad are the same commit" in one.stderr
+    typo = subject_repo.invoke("bisect", "--good", "v9")
+    assert typo.returncode == 2 and "check the spelling of 'v9'" in typo.stderr
     unknown = subject_repo.invoke("bisect", "--good", "v1", "--case", "tests/test_subj.py::nope")
     assert unknown.returncode == 2
     assert "not a regression case of this suite: tests/test_subj.py::nope" in unknown.stderr

@@ -52,7 +52,8 @@ def test_bisect_then_explain_name_the_commit_and_the_attention_of_the_first_bloc
             "ViT.blocks.0.attn (Attention), call 1") in text
     assert "same    DIFF         ViT.blocks.0.attn (Attention), call 1  <- here" in text
     assert "same    same           ViT.blocks.0.attn.qkv (Linear), call 1" in text
-    assert "parameters and buffers: all 32 of the outermost modules are bit-identical" in text
+    assert ("parameters and buffers of the outermost module (ViT): all 32 bit-identical, as "
+            "first called") in text
     assert "outputs: 'forward': float32[2, 10]: 20 of 20 elements differ" in text
     assert zoo.snapshot() == before  # tree, index, HEAD untouched
     assert stored_files(zoo.cache) == cached  # traces go to a temporary folder
@@ -70,8 +71,8 @@ def test_explain_names_a_changed_initialisation_as_a_parameter_difference(zoo: R
     text = output(done)
     assert done.returncode == 0, text
     assert f"tracing {CASE} at " in text  # the -k expression matched the one case
-    assert ("parameters and buffers: 1 of 32 differ, as first called: a change of "
-            "initialisation or loading, not of forward code") in text
+    assert ("parameters and buffers of the outermost module (ViT): 1 of 32 differ, as first "
+            "called: weights initialised or loaded differently") in text
     assert "  ViT.head.bias: float32[10]: 10 of 10 elements differ" in text
     assert "differ: ViT.head (Linear), call 1\n  its own parameters or buffers differ" in text
 
@@ -86,9 +87,10 @@ def test_explain_refuses_what_is_not_one_case(zoo: Repo) -> None:
     wrong = zoo.invoke("explain", "vit and (")
     assert wrong.returncode == 2 and "Wrong expression passed to '-k': vit and (" in wrong.stderr
     assert "Traceback" not in wrong.stderr
-    unknown = zoo.invoke("explain", "tests/regression/test_zoo.py::test_nope")
+    unknown = zoo.invoke("explain", CASE.replace("vit-tiny", "vit-tyni"))
     assert unknown.returncode == 2
-    assert "test_nope is not a regression case of this suite" in unknown.stderr
+    assert f"test_forward[vit-tyni] is not a regression case of this suite; did you mean {CASE}?" \
+        in unknown.stderr
     vit = zoo.path / "zoo" / "vit.py"
     original = vit.read_text()
     vit.write_text(original.replace(HEAD, HEAD + "        raise RuntimeError('broken')\n"))

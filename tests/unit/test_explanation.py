@@ -55,7 +55,7 @@ def test_a_change_in_a_modules_own_code_names_that_module(tmp_path: Path) -> Non
     found = explain(reference, _traced(tmp_path / "c", _model(bump=1e-6)))
     assert found.found is not None
     assert (found.found.name, found.found.kind, found.found.number) == ("Model.mix", "Mix", 1)
-    assert found.states == [] and found.state_count == 6
+    assert found.states == [] and len(found.all_states) == 6
     text = "\n".join(explanation_lines(found, "t::case", "v1"))
     assert "first module whose inputs are bit-identical and outputs differ: Model.mix (Mix)" \
         in text
@@ -77,8 +77,8 @@ def test_changed_weights_are_named_as_parameters_not_code(tmp_path: Path) -> Non
     assert [name for name, _ in found.states] == ["Model.last.weight"]
     assert found.found is not None and found.found.name == "Model.last"
     text = "\n".join(explanation_lines(found, "t::case", "v1"))
-    assert "parameters and buffers: 1 of 6 differ, as first called: a change of " \
-           "initialisation or loading" in text
+    assert "parameters and buffers of the outermost module (Model): 1 of 6 differ, as first " \
+           "called: weights initialised or loaded differently" in text
     assert "Model.last.weight: float32[2, 4]: 8 of 8 elements differ" in text
     assert "its own parameters or buffers differ (above)" in text
 
@@ -118,7 +118,7 @@ def test_calls_only_the_working_tree_makes_are_listed(tmp_path: Path) -> None:
     assert "the two make different calls (below): the model's structure changed" in text
     assert "calls the reference does not make: Sequential.0.first (call 1), " in text
     assert " and 2 more\ncalls the working tree does not make: Model.first (call 1), " in text
-    assert "parameters and buffers: 12 of 12 differ" in text  # other names: in one only
+    assert "outermost modules (Model, Sequential): 12 of 12 differ" in text  # in one only
 
 
 class Cached(nn.Module):

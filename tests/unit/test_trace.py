@@ -228,3 +228,21 @@ def test_the_case_outputs_are_read_back(tmp_path: Path) -> None:
     assert isinstance(stored, dict) and isinstance(stored["logits"], torch.Tensor)
     assert torch.equal(stored["logits"], torch.arange(4.0))
     assert stored["n"] == 3
+
+
+def test_lazy_parameters_are_kept_once_they_exist(tmp_path: Path) -> None:
+    """A model with lazy modules gets a dummy forward first (what init's starter asks)."""
+    model = nn.Sequential(nn.LazyLinear(3))
+
+    def run() -> None:
+        model(torch.zeros(1, 4))  # the dummy batch: the weights come into being here
+        model(torch.ones(2, 4))
+
+    with Tracer(tmp_path) as tracer:
+        run()
+    write_outputs(tmp_path, {})
+    assert tracer.problem == ""
+    trace = read_trace(tmp_path)
+    assert set(trace.states) == {"Sequential.0.weight", "Sequential.0.bias"}
+    assert torch.equal(trace.state("Sequential.0.weight"), model[0].weight.detach())
+    assert [c.number for c in trace.calls if c.name == "Sequential"] == [1, 2]
