@@ -103,6 +103,9 @@ class _Root:
     label: str
     names: dict[int, str]
     kept: set[str] = field(default_factory=set)
+    lazy: bool = True
+    """Whether some of its parameters may not exist yet: until a call finds none lazy, its
+    later calls look again; after that they skip the look."""
 
 
 class Tracer:
@@ -218,8 +221,14 @@ class Tracer:
     def _keep_states(self, root: _Root, module: torch.nn.Module) -> None:
         """Write the parameters and buffers of an outermost module not written yet: all of
         them at its first call, but for those of lazy modules, written once they exist."""
+        if not root.lazy:
+            return
+        root.lazy = False
         for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-            if name in root.kept or torch.nn.parameter.is_lazy(tensor):
+            if torch.nn.parameter.is_lazy(tensor):
+                root.lazy = True
+                continue
+            if name in root.kept:
                 continue
             root.kept.add(name)
             stored = _storable(tensor)  # one at a time: one tensor in host memory at once
