@@ -361,17 +361,21 @@ def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
         if todo:
             echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
                  f"{suite.reference.label} ...")
-            recorded = _record(suite, {nodeid: p.harness for nodeid, p in todo.items()}, echo)
-            result.recorded = [str(n) for n in recorded.get("recorded", [])]
-            result.absent = {str(k): str(v) for k, v in recorded.get("absent", {}).items()}
-            _require_all_ran(todo, result)
-            result.nondeterministic = _find_nondeterministic(
-                suite, {n: todo[n].harness for n in result.recorded}, echo)
+            reference = suite.reference
+            with reference_worktree(reference.repo, reference.sha) as worktree:  # one for all
+                wanted = {nodeid: p.harness for nodeid, p in todo.items()}
+                recorded = _record(suite, worktree, wanted, echo)
+                result.recorded = [str(n) for n in recorded.get("recorded", [])]
+                result.absent = {str(k): str(v) for k, v in recorded.get("absent", {}).items()}
+                _require_all_ran(todo, result)
+                result.nondeterministic = _find_nondeterministic(
+                    suite, worktree, {n: todo[n].harness for n in result.recorded}, echo)
         suite.entry.touch()
     return result
 
 
-def _find_nondeterministic(suite: Suite, recorded: dict[str, str], echo: Echo) -> dict[str, str]:
+def _find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str], echo: Echo
+                           ) -> dict[str, str]:
     """Record `recorded` again, each time in a new process, `suite.repeat - 1` times; a case
     whose outputs differ from the first recording is stored as nondeterministic."""
     found: dict[str, str] = {}
@@ -381,7 +385,7 @@ def _find_nondeterministic(suite: Suite, recorded: dict[str, str], echo: Echo) -
             break
         echo(f"recording {len(wanted)} cases again ({again} of {suite.repeat}) to find "
              "nondeterministic ones ...")
-        differ = _record(suite, wanted, echo, verify=True).get("differ", {})
+        differ = _record(suite, worktree, wanted, echo, verify=True).get("differ", {})
         for nodeid, names in differ.items():
             listed = ", ".join(repr(str(name)) for name in names)
             found[nodeid] = (f"outputs {listed} differed between recording 1 and recording "
@@ -408,17 +412,16 @@ def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
         )
 
 
-def _record(suite: Suite, todo: dict[str, str], echo: Echo,
+def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
             verify: bool = False) -> dict[str, Any]:
+    """Record `todo` in a new process, the subject from `worktree` (of the reference)."""
     reference = suite.reference
     try:
-        with reference_worktree(reference.repo, reference.sha) as worktree:
-            job = Job(mode=RECORD, result="", config=str(reference.settings.path),
-                      reference=reference.sha,
-                      subject_root=str(worktree / reference.settings.subject_path),
-                      parts=suite.entry.parts, cases=todo, workers=suite.workers,
-                      verify=verify)
-            return _recording(reference, job, echo)
+        job = Job(mode=RECORD, result="", config=str(reference.settings.path),
+                  reference=reference.sha,
+                  subject_root=str(worktree / reference.settings.subject_path),
+                  parts=suite.entry.parts, cases=todo, workers=suite.workers, verify=verify)
+        return _recording(reference, job, echo)
     except KeyboardInterrupt:
         kept = _still_valid(suite.entry, todo)
         echo(f"recording interrupted: {kept} of {len(todo)} cases were stored and are kept; "
