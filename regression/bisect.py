@@ -95,6 +95,15 @@ class _Recorder:
         return found
 
 
+    def required(self, name: str, sha: str, cases: list[str]) -> dict[str, dict[str, object]]:
+        """The outputs at good or bad, which must be recorded: there is no skipping them."""
+        found = self.outputs(sha, cases)
+        if found is None:
+            raise RegressionError(f"the {name} commit {short(sha)} cannot be recorded "
+                                  f"({self.result.skipped[sha]}); choose another")
+        return found
+
+
 def _in_one_line(message: str) -> str:
     """An error in one line: its first, and when that ends in a colon, the last line of what
     follows that is not the fix (the exception itself)."""
@@ -116,17 +125,11 @@ def _differences(before: dict[str, dict[str, object]], after: dict[str, dict[str
 def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bisection:
     """Find the first commit after `good` up to `bad` whose outputs of `cases` (default: the
     cases that differ between good and bad) differ from good's."""
-    commits = commits_between(suite.reference, good, bad)
-    result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases))
-    recorder = _Recorder(suite, echo, result)
+    result, recorder = _started(suite, good, bad, cases, echo)
+    commits = result.commits
     echo(f"trying good {short(good)} and bad {short(bad)} ...")
-    at_good = recorder.outputs(good, result.cases)
-    at_bad = recorder.outputs(bad, result.cases)
-    for name, sha, outputs in (("good", good, at_good), ("bad", bad, at_bad)):
-        if outputs is None:
-            raise RegressionError(f"the {name} commit {short(sha)} cannot be recorded "
-                                  f"({result.skipped[sha]}); choose another")
-    assert at_good is not None and at_bad is not None
+    at_good = recorder.required("good", good, result.cases)
+    at_bad = recorder.required("bad", bad, result.cases)
     differences = _differences(at_good, at_bad)
     result.cases = sorted(differences)
     if not differences:
@@ -160,14 +163,10 @@ def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bis
     """Record every commit after `good` up to `bad` that touches the subject and list each
     one whose outputs of `cases` (default: every case) differ from the commit before it:
     this finds changes that a later commit reverts, which comparing good with bad misses."""
-    commits = commits_between(suite.reference, good, bad)
-    result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases))
-    recorder = _Recorder(suite, echo, result)
+    result, recorder = _started(suite, good, bad, cases, echo)
+    commits = result.commits
     echo(f"trying good {short(good)} ...")
-    before = recorder.outputs(good, result.cases)
-    if before is None:
-        raise RegressionError(f"the good commit {short(good)} cannot be recorded "
-                              f"({result.skipped[good]}); choose another")
+    before = recorder.required("good", good, result.cases)
     for number, sha in enumerate(commits, 1):
         echo(f"trying {short(sha)} ({number} of {len(commits)}) ...")
         now = recorder.outputs(sha, result.cases)
@@ -179,6 +178,14 @@ def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bis
             result.changes.append((sha, changed))
         before = now
     return result
+
+
+def _started(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo
+             ) -> tuple[Bisection, _Recorder]:
+    """A bisection of the commits from good to bad, and what records them."""
+    commits = commits_between(suite.reference, good, bad)
+    result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases))
+    return result, _Recorder(suite, echo, result)
 
 
 def _known(suite: Suite, cases: list[str]) -> list[str]:
@@ -208,8 +215,7 @@ def scan_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[st
     for sha, changed in result.changes:
         lines.append(f"  {short(sha)} {subject_line(sha)}")
         lines += [f"    {case}: {changed_detail(outputs)}" for case, outputs in changed.items()]
-    lines += [f"skipped {short(sha)} {subject_line(sha)}: {why}"
-              for sha, why in result.skipped.items()]
+    lines += _skipped_lines(result, subject_line)
     lines.append(f"recorded at {_count(result.recorded, 'commit')}, the rest came from the "
                  "cache")
     return lines
@@ -238,11 +244,15 @@ def bisection_lines(result: Bisection, subject_line: Callable[[str], str]) -> li
         lines.append("the first commit whose outputs differ is one of these (the skipped "
                      "commits between them hide which):")
         lines += [f"  {short(sha)} {subject_line(sha)}" for sha in result.candidates]
-    lines += [f"skipped {short(sha)} {subject_line(sha)}: {why}"
-              for sha, why in result.skipped.items()]
+    lines += _skipped_lines(result, subject_line)
     lines.append(f"{_count(len(result.cases), 'case')} judged; recorded at "
                  f"{_count(result.recorded, 'commit')}, the rest came from the cache")
     return lines
+
+
+def _skipped_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[str]:
+    return [f"skipped {short(sha)} {subject_line(sha)}: {why}"
+            for sha, why in result.skipped.items()]
 
 
 def _count(number: int, noun: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import tempfile
@@ -61,6 +62,7 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
     if not 0 <= repeat <= MAX_REPEAT:
         raise RegressionError(f"--repeat {repeat}: record each case 1 to {MAX_REPEAT} times "
                               "(2 finds nondeterministic cases)")
+    repeat = repeat or resolved.settings.determinism.repeat
     job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
                     workers=_workers(workers), selection=picked.describe(), repeat=repeat)
     code, result = run_check(resolved, job, picked.pytest_args(), picked.cases)
@@ -73,7 +75,7 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
     generation = Generation(**result["generation"])
     for line in generation_lines(generation):
         print(line)
-    if (repeat or resolved.settings.determinism.repeat) > 1 and not generation.recorded:
+    if repeat > 1 and not generation.recorded:
         print("no case was recorded, so none was checked for nondeterminism: `invoke gen "
               "--force --repeat 2` records every case again, twice")
 
@@ -304,15 +306,19 @@ def _report_foreign() -> None:
 
 def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
     from .bisect import bisect as find_first, bisection_lines, scan, scan_lines
-    from .revision import run_git
+    from .revision import resolve_revision, run_git
 
     settings = _settings()
     at_good = resolve(settings, good)
-    bad_sha = resolve(settings, bad).sha
+    bad_sha = resolve_revision(at_good.repo, settings.revision_for(bad))
     search, lines = (scan, scan_lines) if scan_all else (find_first, bisection_lines)
     result = search(collect(at_good), at_good.sha, bad_sha, list(cases or ()), print)
-    for line in lines(result, lambda sha: run_git(at_good.repo, "log", "-1", "--format=%s",
-                                                  sha)):
+
+    @functools.cache
+    def subject_line(sha: str) -> str:
+        return run_git(at_good.repo, "log", "-1", "--format=%s", sha)
+
+    for line in lines(result, subject_line):
         print(line)
 
 
