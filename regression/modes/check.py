@@ -203,7 +203,6 @@ class Checker:
         if self.job is not None:
             prepared = self.prepared
             self.job.write_result({
-                "cases": len(prepared.chosen) if prepared else 0,
                 "generation": prepared.generation_data() if prepared else {},
             })
 

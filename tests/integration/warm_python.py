@@ -33,7 +33,7 @@ SERVER = r'''
 import json, os, sys, traceback
 import git, invoke, pytest, torch
 import regression.plugin, regression.tasks
-from invoke import Program, __version__
+from invoke.main import program  # what `python -m invoke` runs
 
 for line in sys.stdin:
     request = json.loads(line)
@@ -52,8 +52,6 @@ for line in sys.stdin:
             sys.path[0] = request["cwd"]
             sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
             sys.argv = ["invoke", *request["args"]]
-            program = Program(name="Invoke", binary="inv[oke]",
-                              binary_names=["invoke", "inv"], version=__version__)
             try:
                 program.run(sys.argv)
                 code = 0
