@@ -70,7 +70,7 @@ def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
     for outcome in outcomes:
         if outcome.outcome != IDENTICAL:
             detail = f": {outcome.detail}" if outcome.detail else ""
-            lines.append(f"{outcome.outcome.upper()} {outcome.nodeid}{detail}")
+            lines.append(hanging(f"{outcome.outcome.upper()} {outcome.nodeid}{detail}"))
     return lines
 
 
@@ -123,6 +123,13 @@ def _shown(counts: Counter[str]) -> tuple[str, ...]:
     return OUTCOMES + ((NONDETERMINISTIC,) if counts[NONDETERMINISTIC] else ())
 
 
+def hanging(text: str, indent: str = "    ") -> str:
+    """`text` with its second and later lines indented under the first, each keeping its
+    own indentation: a multi-line error message stays readable inside a report line."""
+    first, *rest = text.split("\n")
+    return "\n".join([first, *(f"{indent}{line}" if line.strip() else line for line in rest)])
+
+
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
@@ -136,7 +143,7 @@ def not_run_lines(missing: Sequence[str], total: int, why: Callable[[str], str],
     """Why a run that was handed `total` cases cannot pass: the ones that did not run."""
     lines = [f"{len(missing)} of {total} regression cases this run was meant to check did "
              "not run, so it does not pass:"]
-    lines += [f"  {nodeid}: {why(nodeid)}" for nodeid in missing[:most]]
+    lines += [hanging(f"  {nodeid}: {why(nodeid)}") for nodeid in missing[:most]]
     if len(missing) > most:
         lines.append(f"  ... and {len(missing) - most} more")
     return lines
@@ -150,8 +157,8 @@ def generation_lines(generation: Generation) -> list[str]:
         return [f"reference up to date: {reused} {cases} reused from the cache, nothing "
                 "generated"]
     lines = [f"recorded {len(generation.recorded)} cases, reused {generation.reused}"]
-    lines += [f"not in reference: {nodeid}: {reason}"
+    lines += [hanging(f"not in reference: {nodeid}: {reason}")
               for nodeid, reason in generation.absent.items()]
-    lines += [f"nondeterministic: {nodeid}: {reason}"
+    lines += [hanging(f"nondeterministic: {nodeid}: {reason}")
               for nodeid, reason in generation.nondeterministic.items()]
     return lines

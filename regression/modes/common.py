@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ..importer import _library_folders
+
 FIXTURE = "regression"
 
 
@@ -26,18 +28,36 @@ def exception_reason(error: BaseException, tb_frames: list[tuple[str, int]],
     """`Type: message (file:line)` for an exception, with the file where it really happened.
 
     A pytest.CollectError wraps the import error that caused it: that one is described.
-    For a SyntaxError the place is the file that does not parse; otherwise the deepest frame
-    inside one of `roots` (the user's code), else the deepest frame.
+    For a SyntaxError the place is the file that does not parse; otherwise the frame that
+    raised it, and the deepest frame of the user's code (under `roots`) when that is another.
     """
     error = _unwrapped(error)
     if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)):
         return str(error.msg)[:500]
     message = f"{type(error).__name__}: {error}".strip().rstrip(":")
-    place = _syntax_place(error) or _deepest_place(tb_frames, roots)
-    if place:
-        file, _, line = place.rpartition(":")
-        message += f" (in {shown_path(file, roots)}:{line})"
-    return message[:500]
+    return (message + _places(error, tb_frames, roots))[:500]
+
+
+def _places(error: BaseException, tb_frames: list[tuple[str, int]],
+            roots: tuple[Path, ...]) -> str:
+    """` (in FILE:LINE)`: where it happened; when that is in a library (site-packages),
+    also the deepest frame of the user's code, the subject or the test, that called it."""
+    syntax = _syntax_place(error)
+    if syntax:
+        return f" (in {_shown_place(syntax, roots)})"
+    raised = f"{tb_frames[-1][0]}:{tb_frames[-1][1]}" if tb_frames else ""
+    ours = _deepest_place(tb_frames, roots)
+    if not raised:
+        return ""
+    if ours and ours != raised:
+        return (f" (raised in {_shown_place(raised, roots)}, called from "
+                f"{_shown_place(ours, roots)})")
+    return f" (in {_shown_place(raised, roots)})"
+
+
+def _shown_place(place: str, roots: tuple[Path, ...]) -> str:
+    file, _, line = place.rpartition(":")
+    return f"{shown_path(file, roots)}:{line}"
 
 
 def _unwrapped(error: BaseException) -> BaseException:
@@ -56,8 +76,10 @@ _OURS = Path(__file__).resolve().parents[1]  # this package: never "the user's c
 
 
 def _deepest_place(frames: list[tuple[str, int]], roots: tuple[Path, ...]) -> str:
-    chosen = [f for f in frames
-              if _relative(f[0], roots) and not _relative(f[0], (_OURS,))] or frames
+    """The deepest frame in the user's code: under `roots`, but not in this package nor in
+    an installed library (a venv inside the project holds site-packages); "" if none."""
+    libraries = (_OURS, *_library_folders())
+    chosen = [f for f in frames if _relative(f[0], roots) and not _relative(f[0], libraries)]
     return f"{chosen[-1][0]}:{chosen[-1][1]}" if chosen else ""
 
 

@@ -48,3 +48,48 @@ def test_skip_and_fail_give_their_message_alone() -> None:
 def test_paths_outside_every_root_are_shown_whole(tmp_path: Path) -> None:
     assert shown_path("/elsewhere/x.py", (tmp_path,)) == "/elsewhere/x.py"
     assert shown_path(str(tmp_path / "a" / "b.py"), (tmp_path.resolve(),)) == "a/b.py"
+
+
+
+def _define(file: Path, source: str, namespace: dict[str, object]) -> None:
+    """`source` run into `namespace` as the file `file`: its functions' frames are there."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(source)
+    exec(compile(source, str(file), "exec"), namespace)  # noqa: S102 - a real frame in `file`
+
+
+def _called(call: str, namespace: dict[str, object]) -> BaseException:
+    try:
+        exec(call, namespace)  # noqa: S102
+    except Exception as caught:  # noqa: BLE001 - the test needs the raised exception
+        return caught
+    raise AssertionError("nothing raised")
+
+
+def test_an_error_raised_in_a_library_names_the_users_frame_that_called_it(
+        tmp_path: Path) -> None:
+    import sysconfig
+    library = Path(sysconfig.get_paths()["purelib"]).resolve()
+    # an "installed" module (site-packages) calling back is not the user's code, even when
+    # the venv sits inside the project; the subject's frame that called it is named too
+    lib_file = library / "_torch_regression_probe_lib.py"
+    namespace: dict[str, object] = {}
+    try:
+        _define(lib_file, "def rearrange(x):\n    raise ValueError('bad pattern')\n", namespace)
+    finally:
+        lib_file.unlink()
+    _define(tmp_path / "subj" / "model.py", "def forward(x):\n    return rearrange(x)\n",
+            namespace)
+    error = _called("forward(1)", namespace)
+    reason = exception_reason(error, traceback_frames(error), (tmp_path.resolve(), library))
+    assert reason == ("ValueError: bad pattern (raised in _torch_regression_probe_lib.py:2, "
+                      "called from subj/model.py:2)"), reason
+
+
+def test_an_error_raised_in_the_users_code_names_one_place(tmp_path: Path) -> None:
+    namespace: dict[str, object] = {}
+    _define(tmp_path / "subj" / "model.py", "def forward(x):\n    raise KeyError(x)\n",
+            namespace)
+    error = _called("forward(1)", namespace)
+    reason = exception_reason(error, traceback_frames(error), (tmp_path.resolve(),))
+    assert reason == "KeyError: 1 (in subj/model.py:2)"

@@ -40,7 +40,7 @@ def test_summary_lists_each_case_that_is_not_identical_in_order() -> None:
     assert summary_lines("abc1234", outcomes())[1:] == [
         "CHANGED t.py::b: 'y': float32[2]: 1 of 2 elements differ",
         "NOT IN REFERENCE t.py::d: does not exist at the reference",
-        "ERROR t.py::e: boom\nsecond line",
+        "ERROR t.py::e: boom\n    second line",
         "ERROR t.py::f",
     ]
 
@@ -143,3 +143,19 @@ def test_nondeterministic_cases_are_counted_and_listed_only_when_there_are_some(
     assert "| nondeterministic | 1 |" in markdown_summary("r", mixed)
     assert "nondeterministic" not in summary_lines("r", mixed[:1])[0]
     assert "nondeterministic" not in markdown_summary("r", mixed[:1])
+
+
+def test_a_multi_line_message_keeps_its_indentation_under_its_case() -> None:
+    message = "ValueError: shape mismatch:\n    expected (2, 3)\n      got (3, 2)"
+    lines = summary_lines("v1", [CaseOutcome("t.py::a", ERROR, message)])
+    assert lines[-1].split("\n") == ["ERROR t.py::a: ValueError: shape mismatch:",
+                                     "        expected (2, 3)", "          got (3, 2)"]
+
+
+def test_not_run_and_generation_lines_indent_a_multi_line_reason_too() -> None:
+    from regression.report import generation_lines
+    from regression.runner import Generation
+    lines = not_run_lines(["t.py::a"], 1, lambda _: "failed:\n  at x")
+    assert lines[-1] == "  t.py::a: failed:\n      at x"
+    generation = Generation(recorded=["t.py::b"], reused=0, absent={"t.py::a": "E:\n  x"})
+    assert "not in reference: t.py::a: E:\n      x" in generation_lines(generation)
