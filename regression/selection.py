@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,3 +48,20 @@ def selection(expression: str | None, cases: list[str] | None, root: Path,
                 "prints it, relative to the project root (e.g. "
                 "tests/regression/test_models.py::test_forward[vit]), or a test file.")
     return chosen
+
+
+def unknown_case(case: str, cases: Collection[str], option: str = "") -> RegressionError:
+    """The error for a node id that names no regression case, with the nearest one."""
+    close = difflib.get_close_matches(case, list(cases), n=1)
+    hint = f"did you mean {close[0]}? Or give" if close else "give"
+    return RegressionError(f"{option}{case} is not a regression case of this suite; {hint} a "
+                           "node id as `invoke shards --list` prints it, or a -k expression")
+
+
+def unknown_cases(chosen: Selection, cases: Collection[str]) -> RegressionError | None:
+    """The error for the first node id of `chosen` that names no collected case, if any
+    (a test file, or a test function of parametrized cases, names some)."""
+    for case in chosen.cases:
+        if "::" in case and not any(c == case or c.startswith(f"{case}[") for c in cases):
+            return unknown_case(case, cases, "--case ")
+    return None

@@ -20,13 +20,14 @@ from .errors import RegressionError
 from .durations import read_durations
 from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from .report import generation_lines
-from .selection import Selection, selection
+from .selection import Selection, selection, unknown_cases
 from .runner import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
     collect, resolve, run_check, select_shard
 from .shard import ShardSpec, assign, parse_shard
 from .shard import table as shard_table
 
 T = TypeVar("T")
+PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: also its "not found" for a node id
 REFERENCE_HELP = "revision (tag, branch, SHA, HEAD~n) or a name from config.yaml's references"
 
 
@@ -66,6 +67,7 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
     job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
                     workers=_workers(workers), selection=picked.describe(), repeat=repeat)
     code, result = run_check(resolved, job, picked.pytest_args(), picked.cases)
+    _require_known_cases(resolved, picked, code)
     if result is None or code:
         raise RegressionError(f"the generation at {resolved.label} stopped (pytest exit "
                               f"{code}) before it finished; its output is above")
@@ -132,6 +134,15 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
     return run_check(resolved, job, args, picked.cases)[0]
 
 
+def _require_known_cases(resolved: Reference, picked: Selection, code: int) -> None:
+    """After pytest's "not found" (its usage error) for a --case: which node id names no
+    case, and the nearest one (a collection, paid only when the run has failed so)."""
+    if code == PYTEST_USAGE_ERROR and any("::" in case for case in picked.cases):
+        error = unknown_cases(picked, collect(resolved).cases)
+        if error is not None:
+            raise error
+
+
 def _exit_with(code: int) -> None:
     if code:
         raise Exit(code=code)
@@ -157,8 +168,10 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
         spec = parse_shard(shard) if shard else None
         resolved = resolve(_settings(), reference)
         picked = selection(k, case, resolved.settings.root, shard)
-        return _check(resolved, spec, no_gen, strict, junitxml, store_durations,
+        code = _check(resolved, spec, no_gen, strict, junitxml, store_durations,
                       workers=_workers(workers), picked=picked)
+        _require_known_cases(resolved, picked, code)
+        return code
     _exit_with(_translate(work))
 
 

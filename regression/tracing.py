@@ -3,12 +3,12 @@ the working tree, each in a process of its own."""
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Callable
 
 from .errors import CollectionError, RegressionError
 from .runner import Reference, collect, matching_cases, trace_case
+from .selection import unknown_case
 from .trace import Trace, read_trace
 
 Echo = Callable[[str], None]
@@ -20,11 +20,7 @@ def pick_case(reference: Reference, case: str) -> str:
     if "::" in case:
         cases = collect(reference).cases
         if case not in cases:
-            close = difflib.get_close_matches(case, cases, n=1)
-            hint = f"did you mean {close[0]}? Or give" if close else "give"
-            raise RegressionError(f"{case} is not a regression case of this suite; {hint} a "
-                                  "node id as `invoke shards --list` prints it, or a -k "
-                                  "expression")
+            raise unknown_case(case, cases)
         return case
     try:
         matched = matching_cases(reference, case)

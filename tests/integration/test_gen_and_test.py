@@ -242,6 +242,9 @@ def test_k_and_node_ids_record_and_check_only_the_chosen_cases(subject_repo: Rep
                                            "tests/none.py in "),
     (["-k", "forward", "--shard", "1/2"], "--shard 1/2 and -k 'forward' both choose cases; "
                                           "use one"),
+    (["--case", "tests/test_subj.py::test_forwad"],
+     "--case tests/test_subj.py::test_forwad is not a regression case of this suite; did you "
+     "mean tests/test_subj.py::test_forward?"),
 ])
 def test_bad_selection_is_a_clear_error(subject_repo: Repo, args: list[str],
                                         message: str) -> None:

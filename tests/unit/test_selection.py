@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from regression.errors import RegressionError
-from regression.selection import Selection, selection
+from regression.selection import Selection, selection, unknown_cases
 
 
 def test_nothing_chosen_selects_every_case(tmp_path: Path) -> None:
@@ -35,3 +35,26 @@ def test_node_id_of_a_missing_file_names_it_and_the_form_wanted(tmp_path: Path) 
 def test_a_shard_and_a_selection_together_are_refused(tmp_path: Path) -> None:
     with pytest.raises(RegressionError, match="--shard 1/2 and -k 'x' both choose cases"):
         selection("x", None, tmp_path, "1/2")
+
+
+CASES = ["t/test_m.py::test_forward[vit-tiny]", "t/test_m.py::test_forward[mlp-tiny]",
+         "t/test_m.py::test_init"]
+
+
+def test_a_mistyped_parametrization_is_named_with_the_nearest_case() -> None:
+    error = unknown_cases(Selection(cases=("t/test_m.py::test_forward[vitt]",)), CASES)
+    assert error is not None
+    assert str(error).startswith("--case t/test_m.py::test_forward[vitt] is not a regression "
+                                 "case of this suite; did you mean "
+                                 "t/test_m.py::test_forward[vit-tiny]?")
+
+
+def test_files_functions_and_exact_cases_are_known() -> None:
+    for case in ("t/test_m.py", "t/test_m.py::test_forward", "t/test_m.py::test_init",
+                 "t/test_m.py::test_forward[mlp-tiny]"):
+        assert unknown_cases(Selection(cases=(case,)), CASES) is None, case
+
+
+def test_a_case_far_from_every_case_gets_no_guess() -> None:
+    error = unknown_cases(Selection(cases=("other/test_q.py::zzz",)), CASES)
+    assert error is not None and "did you mean" not in str(error)
