@@ -27,6 +27,7 @@ from .shard import ShardSpec, assign, parse_shard
 from .shard import table as shard_table
 
 T = TypeVar("T")
+PYTEST_INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED: collection errors, Ctrl-C
 PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: also its "not found" for a node id
 REFERENCE_HELP = "revision (tag, branch, SHA, HEAD~n) or a name from config.yaml's references"
 
@@ -69,8 +70,7 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
     code, result = run_check(resolved, job, picked.pytest_args(), picked.cases)
     _require_known_cases(resolved, picked, code)
     if result is None or code:
-        raise RegressionError(f"the generation at {resolved.label} stopped (pytest exit "
-                              f"{code}) before it finished; its output is above")
+        raise RegressionError(_stopped(resolved, code))
     if not result["generation"]:
         print("nothing generated: no case was selected")
         return
@@ -132,6 +132,16 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
                     gen=GEN_NEVER if no_gen else GEN_AUTO, workers=workers,
                     selection=picked.describe())
     return run_check(resolved, job, args, picked.cases)[0]
+
+
+def _stopped(resolved: Reference, code: int) -> str:
+    """Why a generation ended without a result, in the words pytest's exit code allows."""
+    if code == PYTEST_INTERRUPTED:
+        return (f"the generation at {resolved.label} did not run: pytest could not collect "
+                "the tests in this environment (exit 2); the errors, and what to install or "
+                "fix, are above")
+    return (f"the generation at {resolved.label} stopped (pytest exit {code}) before it "
+            "finished; its output is above")
 
 
 def _require_known_cases(resolved: Reference, picked: Selection, code: int) -> None:

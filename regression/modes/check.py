@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Generator, NoReturn
@@ -127,7 +128,8 @@ class Checker:
                        f"{report.longreprtext.rstrip()}")
         settings = self._settings_if_any()
         hint = subject_not_importable(report.longreprtext,
-                                      settings.subject_packages if settings else ())
+                                      settings.subject_packages if settings else (),
+                                      settings.root if settings else None)
         if hint and hint not in self.finish_errors:
             self.finish_errors.append(hint)
             if self.gen_only:
@@ -480,9 +482,11 @@ class Checker:
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 
 
-def subject_not_importable(text: str, packages: tuple[str, ...]) -> str:
-    """What to do when a collection error is the subject missing from this environment;
-    "" when `text` is another error."""
+def subject_not_importable(text: str, packages: tuple[str, ...], root: Path | None = None
+                           ) -> str:
+    """What to do when a collection error is a module missing from this environment: the
+    subject, or another package the tests import; "" when `text` is another error, or the
+    module is a file of the project (then pytest's own message says more)."""
     for name in _NO_MODULE.findall(text):
         top = name.split(".")[0]
         if top in packages:
@@ -492,4 +496,24 @@ def subject_not_importable(text: str, packages: tuple[str, ...]) -> str:
                     "install -e .`) or add its folder to pytest's `pythonpath` setting. "
                     "config.yaml's `subject.path` only says where it lives in the reference's "
                     "worktree.")
+        if root is None or not _in_project(top, root):
+            return (f"the tests import {top!r}, which this environment ({sys.executable}) "
+                    f"cannot import (No module named {name!r}): install it there (`"
+                    f"{sys.executable} -m pip install {top}`; its name on PyPI may differ), "
+                    "then run again")
     return ""
+
+
+def _in_project(module: str, root: Path, depth: int = 4) -> bool:
+    """Whether a module or package of that name is a file or folder of the project (hidden
+    folders, such as a .venv, and site-packages not searched)."""
+    for folder, folders, files in os.walk(root):
+        if module in folders or f"{module}.py" in files:
+            return True
+        too_deep = len(Path(folder).relative_to(root).parts) >= depth
+        folders[:] = [] if too_deep else [
+            f for f in folders if not f.startswith(".") and f not in _NOT_SEARCHED]
+    return False
+
+
+_NOT_SEARCHED = {"site-packages", "node_modules", "__pycache__", "build", "dist"}

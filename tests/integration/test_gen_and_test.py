@@ -312,3 +312,15 @@ def test_nondeterministic_case_is_found_by_repeat_and_never_reported_changed(
     again = subject_repo.invoke("test", "--reference", "HEAD")
     assert again.returncode == 0, output(again)
     assert "recording 2 cases again (2 of 2)" in again.stdout and "1 nondeterministic" in again.stdout
+
+
+def test_a_package_the_tests_need_missing_here_is_named_with_the_install(
+        subject_repo: Repo) -> None:
+    subject_repo.write("tests/test_more.py", "import no_such_package_here\n")
+    gen = subject_repo.invoke("gen")
+    text = output(gen)
+    assert gen.returncode == 2, text
+    assert "the tests import 'no_such_package_here', which this environment" in text
+    assert "-m pip install no_such_package_here" in text
+    assert "did not run: pytest could not collect the tests in this environment" in gen.stderr
+    assert "Traceback (most recent" not in text
