@@ -18,9 +18,9 @@ import git
 
 from . import shard
 from .cache import NONDETERMINISTIC, Entry
-from .config import CACHE_DIR_ENV, Settings, load_settings
+from .config import CACHE_DIR_ENV, Settings
 from .durations import read_durations
-from .errors import CacheError, CacheWriteError, CollectionError, ConfigError, \
+from .errors import CacheError, CacheWriteError, CollectionError, \
     ImportRedirectError, ReadOnlyError, RegressionError, StoreError, SubjectImportError, \
     error_from_data
 from .fingerprint import digest
@@ -544,16 +544,13 @@ def cache_key(suite: Suite) -> str:
 
 
 @contextmanager
-def candidate_checkout(settings: Settings, revision: str) -> Iterator[tuple[Settings, Path]]:
-    """A candidate revision as a worktree: its settings (our cache) and its subject folder."""
+def candidate_checkout(settings: Settings, revision: str) -> Iterator[Path]:
+    """A candidate revision as a worktree: the folder its subject is imported from.
+
+    Only the subject comes from the candidate: the working tree's config.yaml and tests
+    drive the check, as they drive the reference's recording, so any revision whose subject
+    they can call (a tag from before adoption too) can be a candidate."""
     repo = open_repo(settings.root)
     sha = resolve_revision(repo, revision)
     with reference_worktree(repo, sha) as worktree:
-        path = worktree / settings.path.relative_to(settings.root)
-        try:
-            candidate = load_settings(path)
-        except ConfigError as exc:
-            raise ConfigError(str(path), f"the candidate {revision!r} has no usable "
-                                         f"config.yaml, which runs its tests: {exc}") from None
-        yield (replace(candidate, cache_dir_setting=str(settings.cache_dir)),
-               worktree / candidate.subject_path)
+        yield worktree / settings.subject_path

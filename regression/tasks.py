@@ -188,15 +188,16 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
 def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
              junitxml: str | None) -> int:
     spec = parse_shard(shard_spec) if shard_spec else None
-    with candidate_checkout(_settings(), candidate) as (settings, subject_root):
-        resolved = resolve(settings, reference)
+    settings = _settings()
+    resolved = resolve(settings, reference)
+    with candidate_checkout(settings, candidate) as subject_root:
         print(f"comparing {candidate} (candidate) with {resolved.label} (reference)")
         return _check(resolved, spec, False, strict, junitxml, False, subject_root)
 
 
 @task(help={
     "reference": REFERENCE_HELP + " (default: config.yaml's)",
-    "candidate": "the candidate revision: its tests drive both runs",
+    "candidate": "the candidate revision: its subject is checked with your tests and config",
     "shard": SHARD_HELP,
     "strict": "fail cases that are not in the reference instead of skipping them",
     "junitxml": "also write a JUnit XML report to this path",

@@ -80,3 +80,19 @@ def test_compare_needs_a_known_candidate(subject_repo: Repo) -> None:
     done = subject_repo.invoke("compare", "--reference", "v1", "--candidate", "nope")
     assert done.returncode == 2
     assert "revision 'nope' does not exist" in done.stderr
+
+
+def test_compare_a_candidate_without_config_or_tests_uses_the_working_tree_s(
+        subject_repo: Repo) -> None:
+    # an upstream tag from before adoption: no config.yaml, no tests, another subject
+    subject_repo.git("checkout", "-q", "-b", "upstream", "v1")
+    subject_repo.git("rm", "-q", "-r", "config.yaml", "tests", "tasks.py")
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
+    subject_repo.commit("an upstream release")
+    subject_repo.git("tag", "upstream-2")
+    subject_repo.git("checkout", "-q", "main")
+    before = subject_repo.snapshot()
+    done = subject_repo.invoke("compare", "--reference", "v1", "--candidate", "upstream-2")
+    assert done.returncode == 1, output(done)
+    assert "1 changed" in done.stdout and "CHANGED tests/test_subj.py::test_forward" in done.stdout
+    assert subject_repo.snapshot() == before
