@@ -15,9 +15,25 @@ CUBLAS_WORKSPACE = ":4096:8"
 
 
 def prepare_process(device: str) -> None:
-    """Settings that must be in place before CUDA starts."""
+    """Settings that must be in place before CUDA starts; a CUDA device must be visible."""
     if device == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DeterminismError(no_cuda_message())
+
+
+def no_cuda_message() -> str:
+    """Why `device: cuda` cannot run here, and what to check."""
+    import torch
+
+    build = torch.version.cuda or "none: a CPU build"
+    return ("config.yaml asks for device: cuda, but no CUDA device is visible to this "
+            "process, so nothing would run on a GPU. Check `python -c 'import torch; "
+            "print(torch.cuda.is_available())'`, that torch is a CUDA build (this one's CUDA: "
+            f"{build}), that CUDA_VISIBLE_DEVICES does not hide the GPU and that the driver is "
+            "loaded (nvidia-smi); or set device: cpu")
 
 
 def apply(settings: Determinism) -> None:

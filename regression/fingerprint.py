@@ -13,6 +13,8 @@ from typing import Iterable, Mapping
 import xxhash
 
 from .config import Settings
+from .determinism import no_cuda_message
+from .errors import DeterminismError
 
 FORMAT_VERSION = "1"
 
@@ -165,7 +167,7 @@ def _device(device: str) -> str:
     if device == "cpu":
         return "cpu"
     if not torch.cuda.is_available():
-        return "cuda <unavailable>"
+        raise DeterminismError(no_cuda_message())
     props = torch.cuda.get_device_properties(0)
     return (
         f"cuda {props.name} sm_{props.major}{props.minor}; CUDA {torch.version.cuda}; "

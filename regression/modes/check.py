@@ -71,13 +71,13 @@ class Checker:
         from ..importer import install_redirect
 
         settings = self._settings()
-        determinism.prepare_process(settings.device)
-        determinism.apply(settings.determinism)
-        if self.subject_root:
-            try:
+        try:
+            determinism.prepare_process(settings.device)
+            determinism.apply(settings.determinism)
+            if self.subject_root:
                 install_redirect(settings.subject_packages, self.subject_root, strict=True)
-            except RegressionError as exc:
-                self._refuse(exc)
+        except RegressionError as exc:
+            self._refuse(exc)
 
     @pytest.hookimpl(trylast=True)
     def pytest_configure(self, config: pytest.Config) -> None:

@@ -29,14 +29,14 @@ class Collector:
         candidate's subject origin, for `invoke compare`."""
         from .. import determinism
 
-        determinism.prepare_process(self.settings.device)
-        if self.job.subject_root:
-            try:
+        try:
+            determinism.prepare_process(self.settings.device)
+            if self.job.subject_root:
                 install_redirect(self.settings.subject_packages, Path(self.job.subject_root),
                                  strict=True)
-            except RegressionError as exc:
-                self.job.write_result({"error": type(exc).__name__, "message": str(exc)})
-                raise pytest.UsageError(str(exc)) from None
+        except RegressionError as exc:
+            self.job.write_result({"error": type(exc).__name__, "message": str(exc)})
+            raise pytest.UsageError(str(exc)) from None
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected += items

@@ -69,8 +69,8 @@ class Recorder:
 
     def start(self) -> None:
         """Before conftests load: kernel settings, then the import redirect."""
-        determinism.prepare_process(self.settings.device)
         try:
+            determinism.prepare_process(self.settings.device)
             install_redirect(self.settings.subject_packages, self.subject_root, strict=True)
         except RegressionError as exc:
             self.fail(type(exc).__name__, str(exc))

@@ -105,13 +105,24 @@ def test_prepare_process_sets_cublas_workspace_only_for_cuda(
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     prepare_process("cpu")
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
-    prepare_process("cuda")
+    _prepare_cuda()
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE
+
+
+def _prepare_cuda() -> None:
+    """prepare_process("cuda"): without a CUDA device it refuses, after setting variables."""
+    import torch
+
+    if torch.cuda.is_available():
+        prepare_process("cuda")
+        return
+    with pytest.raises(DeterminismError, match="no CUDA device is visible"):
+        prepare_process("cuda")
 
 
 def test_prepare_process_keeps_a_user_cublas_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
-    prepare_process("cuda")
+    _prepare_cuda()
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
 
 
