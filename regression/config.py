@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
@@ -14,6 +14,8 @@ from .errors import ConfigError
 
 CONFIG_NAME = "config.yaml"
 CACHE_DIR_ENV = "REGRESSION_CACHE_DIR"
+DEVICE_ENV = "REGRESSION_DEVICE"
+"""Overrides config.yaml's `device` (the tasks' --device sets it for their processes)."""
 DEFAULT_CACHE_DIR = ".regression-cache"
 DEFAULT_DURATIONS = ".regression-durations.json"
 DEVICES = ("cpu", "cuda")
@@ -154,7 +156,18 @@ def load_settings(path: Path) -> Settings:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(where, "must be a mapping of settings at the top level")
-    return _settings_from(path.resolve(), raw)
+    return _device_chosen(_settings_from(path.resolve(), raw))
+
+
+def _device_chosen(settings: Settings) -> Settings:
+    """`settings` with the device $REGRESSION_DEVICE names, when it names one."""
+    chosen = os.environ.get(DEVICE_ENV, "")
+    if not chosen:
+        return settings
+    if chosen not in DEVICES:
+        raise ConfigError(f"${DEVICE_ENV} (or --device)", f"{chosen!r} is not a device: give "
+                          f"one of {', '.join(DEVICES)}")
+    return replace(settings, device=chosen)
 
 
 def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:

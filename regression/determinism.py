@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sys
 
 import xxhash
@@ -14,10 +15,16 @@ from .errors import DeterminismError
 CUBLAS_WORKSPACE = ":4096:8"
 
 
+CUBLAS_VARIABLE = "CUBLAS_WORKSPACE_CONFIG"
+_cublas_at_start: list[str] = []
+"""CUBLAS_WORKSPACE_CONFIG as the process started on a GPU (the key holds it): cuBLAS reads
+it as it makes each handle, so a later change would change kernels under the same key."""
+
+
 def prepare_process(device: str) -> None:
     """Settings that must be in place before CUDA starts; a CUDA device must be visible."""
     if device == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        _cublas_at_start[:] = [os.environ.setdefault(CUBLAS_VARIABLE, CUBLAS_WORKSPACE)]
         import torch
 
         if not torch.cuda.is_available():
@@ -29,11 +36,11 @@ def no_cuda_message() -> str:
     import torch
 
     build = torch.version.cuda or "none: a CPU build"
-    return ("config.yaml asks for device: cuda, but no CUDA device is visible to this "
-            "process, so nothing would run on a GPU. Check `python -c 'import torch; "
+    return ("the cases are to run on device cuda (config.yaml's device, or --device), but no "
+            "CUDA device is visible to this process, so nothing would run on a GPU. Check `python -c 'import torch; "
             "print(torch.cuda.is_available())'`, that torch is a CUDA build (this one's CUDA: "
             f"{build}), that CUDA_VISIBLE_DEVICES does not hide the GPU and that the driver is "
-            "loaded (nvidia-smi); or set device: cpu")
+            "loaded (nvidia-smi); or run on the cpu (device: cpu)")
 
 
 def apply(settings: Determinism) -> None:
@@ -51,6 +58,14 @@ def apply(settings: Determinism) -> None:
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    for flag in REDUCED_PRECISION:
+        setattr(torch.backends.cuda.matmul, flag, False)
+
+
+REDUCED_PRECISION = ("allow_fp16_reduced_precision_reduction",
+                     "allow_bf16_reduced_precision_reduction")
+"""Half-precision GPU matmuls that may reduce in half precision: off, as TF32 is, so a
+reduction's precision is fixed by the key, not by whoever set the flag last."""
 
 
 INDUCTOR_ENV = "TORCHINDUCTOR_DETERMINISTIC"
@@ -92,6 +107,13 @@ def drift(settings: Determinism) -> list[str]:
     if torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32:
         problems.append("TF32 is enabled (torch.backends.cuda.matmul.allow_tf32 or "
                         "torch.backends.cudnn.allow_tf32), but the key says tf32=off")
+    problems += [f"torch.backends.cuda.matmul.{flag} is True, but the key says reduced-"
+                 "precision reductions are off" for flag in REDUCED_PRECISION
+                 if getattr(torch.backends.cuda.matmul, flag, False)]
+    now = os.environ.get(CUBLAS_VARIABLE)
+    if _cublas_at_start and now != _cublas_at_start[0]:
+        problems.append(f"{CUBLAS_VARIABLE} is {now!r}, but the process started (and the key "
+                        f"was made) with {_cublas_at_start[0]!r}")
     return problems
 
 
@@ -106,3 +128,20 @@ def require_unchanged(settings: Determinism) -> None:
             "test changes them. Remove that call, or set the value you need in config.yaml's "
             "`determinism` section."
         )
+
+
+_NO_DETERMINISTIC = re.compile(r"(\S+) does not have a deterministic implementation")
+
+
+def nondeterministic_operation_hint(message: str) -> str:
+    """What to do when torch refused an operation under deterministic algorithms; "" when
+    `message` is not that refusal."""
+    found = _NO_DETERMINISTIC.search(message)
+    if not found:
+        return ""
+    return (f"torch has no deterministic implementation of {found.group(1)}, which the case "
+            "calls, and config.yaml's determinism.deterministic_algorithms is true. Either use "
+            "a deterministic alternative (for example index_add_/scatter_add_ with unique "
+            "indices, or another operation that computes the same), or set "
+            "determinism.deterministic_algorithms: false and run `invoke gen --repeat 2`: "
+            "cases whose recordings then differ are stored as nondeterministic, never compared")

@@ -162,6 +162,7 @@ def _kernel_variables(environ: Mapping[str, str]) -> str:
 
 
 def _device(device: str) -> str:
+    """The device part of the key: on a GPU, everything that picks its kernels' bits."""
     import torch
 
     if device == "cpu":
@@ -171,5 +172,56 @@ def _device(device: str) -> str:
     props = torch.cuda.get_device_properties(0)
     return (
         f"cuda {props.name} sm_{props.major}{props.minor}; CUDA {torch.version.cuda}; "
-        f"cuDNN {torch.backends.cudnn.version()}"  # type: ignore[no-untyped-call]
+        f"cuDNN {torch.backends.cudnn.version()}; "  # type: ignore[no-untyped-call]
+        f"cuBLAS {_cublas_version()}; driver {_driver_version()}; "
+        "reduced-precision reductions off"
     )
+
+
+def _cublas_version() -> str:
+    """The version of the cuBLAS library this process loaded (torch's wheels bring their
+    own, and pip can swap it without a new torch): asked of the library itself."""
+    import ctypes
+
+    path = _loaded_library("libcublas.so")
+    if not path:
+        return "not loaded"
+    try:
+        library = ctypes.CDLL(path)
+        parts = []
+        for kind in range(3):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+            value = ctypes.c_int()
+            if library.cublasGetProperty(kind, ctypes.byref(value)) != 0:
+                return f"unknown ({Path(path).name})"
+            parts.append(str(value.value))
+        return ".".join(parts)
+    except (OSError, AttributeError):
+        return f"unknown ({Path(path).name})"
+
+
+def _loaded_library(prefix: str) -> str:
+    """The path of a shared library this process has mapped whose name starts so; ""."""
+    try:
+        maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    for line in maps.splitlines():
+        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+        if Path(path).name.startswith(prefix):
+            return path
+    return ""
+
+
+def _driver_version() -> str:
+    """The NVIDIA kernel driver's version (Linux): it compiles PTX for cards that its
+    kernels have no binary for, so a driver update can change bits."""
+    try:
+        return driver_version_in(Path("/proc/driver/nvidia/version").read_text("utf-8"))
+    except OSError:
+        return "unknown"
+
+
+def driver_version_in(text: str) -> str:
+    """The version in /proc/driver/nvidia/version's text, proprietary or open module."""
+    found = re.search(r"Kernel Module(?: for \w+)?\s+(\d+(?:\.\d+)+)", text)
+    return found.group(1) if found else "unknown"

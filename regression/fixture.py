@@ -94,26 +94,42 @@ class CheckSink:
 class Regression:
     """Inputs from the case's own generator, and check() against the reference revision."""
 
-    def __init__(self, nodeid: str, settings: Determinism, sink: Sink) -> None:
+    def __init__(self, nodeid: str, settings: Determinism, sink: Sink,
+                 device: str = "cpu") -> None:
         self.nodeid = nodeid
         self.generator = torch.Generator().manual_seed(case_seed(settings.seed, nodeid))
+        self.device = torch.device(device)
+        """Where the case runs: config.yaml's `device` (or --device). Move the model there;
+        the input helpers already put their tensors there."""
         self._settings = settings
         self._sink = sink
         self._names: list[str] = []
 
-    def randn(self, *size: int | Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
-        """Standard normal values from the case's generator."""
-        return torch.randn(*_shape(size), generator=self.generator, dtype=dtype)
+    def randn(self, *size: int | Sequence[int], dtype: torch.dtype | None = None,
+              device: torch.device | str | None = None) -> torch.Tensor:
+        """Standard normal values from the case's generator, on `device` (default: the
+        case's). Drawn on the CPU and then moved, so every device gets the same bits."""
+        return self._placed(torch.randn(*_shape(size), generator=self.generator, dtype=dtype),
+                            device)
 
-    def rand(self, *size: int | Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
-        """Uniform [0, 1) values from the case's generator."""
-        return torch.rand(*_shape(size), generator=self.generator, dtype=dtype)
+    def rand(self, *size: int | Sequence[int], dtype: torch.dtype | None = None,
+             device: torch.device | str | None = None) -> torch.Tensor:
+        """Uniform [0, 1) values from the case's generator, on `device` (default: the case's)."""
+        return self._placed(torch.rand(*_shape(size), generator=self.generator, dtype=dtype),
+                            device)
 
     def randint(self, low: int, high: int, size: int | Sequence[int],
-                dtype: torch.dtype = torch.int64) -> torch.Tensor:
-        """Integers in [low, high) from the case's generator."""
+                dtype: torch.dtype = torch.int64,
+                device: torch.device | str | None = None) -> torch.Tensor:
+        """Integers in [low, high) from the case's generator, on `device` (default: the
+        case's)."""
         shape = (size,) if isinstance(size, int) else tuple(size)
-        return torch.randint(low, high, shape, generator=self.generator, dtype=dtype)
+        return self._placed(torch.randint(low, high, shape, generator=self.generator,
+                                          dtype=dtype), device)
+
+    def _placed(self, values: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
+        target = self.device if device is None else torch.device(device)
+        return values if target.type == "cpu" else values.to(target)
 
     def check(self, value: object, name: str | None = None) -> None:
         """Record `value` at the reference; in check mode, require it bit-identical."""

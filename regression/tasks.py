@@ -14,7 +14,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from .config import MAX_REPEAT, Settings, find_config, load_settings
+from .config import DEVICE_ENV, DEVICES, MAX_REPEAT, Settings, find_config, load_settings
 from . import inventory
 from .errors import RegressionError
 from .durations import read_durations
@@ -36,11 +36,24 @@ def _settings() -> Settings:
     return load_settings(find_config(Path.cwd()))
 
 
-def _translate(work: Callable[[], T]) -> T:
+def _translate(work: Callable[[], T], device: str | None = None) -> T:
     try:
+        _choose_device(device)
         return work()
     except RegressionError as exc:
         raise Exit(f"torch-regression: {exc}", code=2) from None
+
+
+def _choose_device(device: str | None) -> None:
+    """--device: config.yaml's `device` overridden for this run and every process it starts."""
+    if device is None:
+        return
+    if device not in DEVICES:
+        raise RegressionError(f"--device {device!r}: give one of {', '.join(DEVICES)}")
+    os.environ[DEVICE_ENV] = device
+
+
+DEVICE_HELP = "cpu or cuda: where the cases run, instead of config.yaml's device (in the key)"
 
 
 SHARD_HELP = "only shard i of n (1-based), e.g. 2/4; every case is in exactly one shard"
@@ -85,15 +98,16 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
 @task(help={"reference": REFERENCE_HELP, "shard": SHARD_HELP,
             "force": "regenerate every case, valid or not", "workers": WORKERS_HELP,
             "k": K_HELP, "case": CASE_HELP,
+            "device": DEVICE_HELP,
             "repeat": "record each case N times, each in its own process: a case whose "
                       "recordings differ is stored as nondeterministic, never compared "
                       "(default: config.yaml's determinism.repeat, 1)"},
       iterable=["case"])
 def gen(c: Context, reference: str | None = None, shard: str | None = None,
         force: bool = False, workers: int = 0, k: str | None = None,
-        case: list[str] | None = None, repeat: int = 0) -> None:
+        case: list[str] | None = None, repeat: int = 0, device: str | None = None) -> None:
     """Generate the reference outputs, or reuse them when the cache holds valid ones."""
-    _translate(lambda: _gen(reference, shard, force, workers, (k, case), repeat))
+    _translate(lambda: _gen(reference, shard, force, workers, (k, case), repeat), device)
 
 
 def _workers(count: int) -> int:
@@ -168,11 +182,12 @@ def _exit_with(code: int) -> None:
     "workers": WORKERS_HELP,
     "k": K_HELP,
     "case": CASE_HELP,
+    "device": DEVICE_HELP,
 }, iterable=["case"])
 def test(c: Context, reference: str | None = None, shard: str | None = None,
          strict: bool = False, junitxml: str | None = None, no_gen: bool = False,
          store_durations: bool = False, workers: int = 0, k: str | None = None,
-         case: list[str] | None = None) -> None:
+         case: list[str] | None = None, device: str | None = None) -> None:
     """Generate what is missing, then check the working tree against the reference."""
     def work() -> int:
         spec = parse_shard(shard) if shard else None
@@ -182,7 +197,7 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
                       workers=_workers(workers), picked=picked)
         _require_known_cases(resolved, picked, code)
         return code
-    _exit_with(_translate(work))
+    _exit_with(_translate(work, device))
 
 
 def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
@@ -201,11 +216,14 @@ def _compare(reference: str | None, candidate: str, shard_spec: str | None, stri
     "shard": SHARD_HELP,
     "strict": "fail cases that are not in the reference instead of skipping them",
     "junitxml": "also write a JUnit XML report to this path",
+    "device": DEVICE_HELP,
 })
 def compare(c: Context, candidate: str, reference: str | None = None, shard: str | None = None,
-            strict: bool = False, junitxml: str | None = None) -> None:
+            strict: bool = False, junitxml: str | None = None, device: str | None = None
+            ) -> None:
     """Check one revision against another, both checked out as worktrees."""
-    _exit_with(_translate(lambda: _compare(reference, candidate, shard, strict, junitxml)))
+    _exit_with(_translate(lambda: _compare(reference, candidate, shard, strict, junitxml),
+                          device))
 
 
 def _key(reference: str | None, shard_spec: str | None, explain: bool,
@@ -238,11 +256,12 @@ def _append_github_output(name: str, value: str) -> None:
     "shard": SHARD_HELP,
     "explain": "list every part the key is made of",
     "github-output": "also append key=... to $GITHUB_OUTPUT",
+    "device": DEVICE_HELP,
 })
 def key(c: Context, reference: str | None = None, shard: str | None = None,
-        explain: bool = False, github_output: bool = False) -> None:
+        explain: bool = False, github_output: bool = False, device: str | None = None) -> None:
     """Print the cache key (one line) that CI's actions/cache uses."""
-    _translate(lambda: _key(reference, shard, explain, github_output))
+    _translate(lambda: _key(reference, shard, explain, github_output), device)
 
 
 def _shards(count: int, list_cases: bool) -> None:
@@ -353,11 +372,12 @@ def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> Non
             "outputs differ between good and bad",
     "scan": "record every commit instead, and list each one that changes outputs from the "
             "commit before it (finds changes reverted later in the range)",
+    "device": DEVICE_HELP,
 }, iterable=["case"])
 def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = None,
-           scan: bool = False) -> None:
+           scan: bool = False, device: str | None = None) -> None:
     """Find the first commit after good whose outputs differ from good's."""
-    _translate(lambda: _bisect(good, bad, case, scan))
+    _translate(lambda: _bisect(good, bad, case, scan), device)
 
 
 def _explain(case: str, reference: str | None) -> None:
@@ -377,11 +397,13 @@ def _explain(case: str, reference: str | None) -> None:
     "case": "the case: a node id as pytest prints it, or a -k expression that matches one "
             "case, e.g. 'test_forward and vit-tiny'",
     "reference": REFERENCE_HELP,
+    "device": DEVICE_HELP,
 })
-def explain(c: Context, case: str, reference: str | None = None) -> None:
+def explain(c: Context, case: str, reference: str | None = None, device: str | None = None
+            ) -> None:
     """Name the first layer whose outputs differ from the reference's, with its inputs the
     same: the case runs at both with every module call traced."""
-    _translate(lambda: _explain(case, reference))
+    _translate(lambda: _explain(case, reference), device)
 
 
 cache = Collection("cache", list_, verify, prune, clear)

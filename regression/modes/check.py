@@ -222,7 +222,7 @@ class Checker:
             pytest.fail("the regression fixture found no reference in this run", pytrace=False)
         record = self._record(item)
         sink = self.sinks[item.nodeid] = CheckSink(record, self.label)
-        return Regression(item.nodeid, self.settings.determinism, sink)
+        return Regression(item.nodeid, self.settings.determinism, sink, self.settings.device)
 
     def _record(self, item: pytest.Item) -> CaseRecord:
         assert self.prepared is not None

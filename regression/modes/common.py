@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ..determinism import nondeterministic_operation_hint
 from ..importer import _library_folders
 
 FIXTURE = "regression"
@@ -35,7 +36,8 @@ def exception_reason(error: BaseException, tb_frames: list[tuple[str, int]],
     if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)):
         return str(error.msg)[:500]
     message = f"{type(error).__name__}: {error}".strip().rstrip(":")
-    return (message + _places(error, tb_frames, roots))[:500]
+    hint = nondeterministic_operation_hint(str(error))
+    return (message + _places(error, tb_frames, roots))[:500] + (f"\n{hint}" if hint else "")
 
 
 def _places(error: BaseException, tb_frames: list[tuple[str, int]],

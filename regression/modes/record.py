@@ -140,7 +140,7 @@ class Recorder:
         from ..fixture import RecordSink, Regression
 
         sink = self.sinks.setdefault(item.nodeid, RecordSink())
-        return Regression(item.nodeid, self.settings.determinism, sink)
+        return Regression(item.nodeid, self.settings.determinism, sink, self.settings.device)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]

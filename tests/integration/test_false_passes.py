@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from helpers import SUBJECT, Repo, output
 
 HELPED_SUBJECT = """\
@@ -182,16 +181,3 @@ def test_gen_shows_why_a_test_file_did_not_collect(subject_repo: Repo) -> None:
     text = output(done)
     assert done.returncode == 2, text
     assert "error collecting tests/test_broken.py" in text and "nonexistent_mod" in text
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
-def test_device_cuda_without_a_gpu_is_refused_not_run_on_the_cpu(subject_repo: Repo) -> None:
-    config = (subject_repo.path / "config.yaml").read_text()
-    subject_repo.write("config.yaml", config + "device: cuda\n")
-    for done in (subject_repo.pytest("tests"), subject_repo.invoke("key"),
-                 subject_repo.invoke("test")):
-        text = output(done)
-        assert done.returncode in (2, 4), text  # pytest's usage error; the tasks' 2
-        assert "config.yaml asks for device: cuda, but no CUDA device is visible" in text
-        assert "CUDA_VISIBLE_DEVICES" in text and "or set device: cpu" in text
-        assert "Traceback" not in text and "INTERNALERROR" not in text

@@ -1,4 +1,7 @@
-"""Regression tests of the example zoo: forward passes, encoders and initial weights."""
+"""Regression tests of the example zoo: forward passes, encoders and initial weights.
+
+Written once for every device: each model is moved to `regression.device` (config.yaml's
+`device`, or `--device`), and the input helpers already put their tensors there."""
 
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ def make_inputs(spec: dict[str, Any], regression: Any) -> tuple[torch.Tensor, ..
 @pytest.mark.parametrize("name", MODELS)
 def test_forward(name: str, regression: Any) -> None:
     """Forward pass of every model on a batch of two."""
-    model = zoo.create_model(name)
+    model = zoo.create_model(name).to(regression.device)
     inputs = make_inputs(zoo.input_spec(name), regression)
     with torch.no_grad():
         regression.check(model(*inputs), name="forward")
@@ -52,7 +55,7 @@ def test_forward(name: str, regression: Any) -> None:
 @pytest.mark.parametrize("name", IMAGE_ENCODERS)
 def test_encode_image(name: str, regression: Any) -> None:
     """Image features of the two-tower models."""
-    model = zoo.create_model(name)
+    model = zoo.create_model(name).to(regression.device)
     with torch.no_grad():
         features = model.encode_image(images(zoo.input_spec(name), regression))
     regression.check(features, name="encode_image")
@@ -61,7 +64,7 @@ def test_encode_image(name: str, regression: Any) -> None:
 @pytest.mark.parametrize("name", TEXT_ENCODERS)
 def test_encode_text(name: str, regression: Any) -> None:
     """Text features of the text and two-tower models."""
-    model = zoo.create_model(name)
+    model = zoo.create_model(name).to(regression.device)
     with torch.no_grad():
         features = model.encode_text(tokens(zoo.input_spec(name), regression))
     regression.check(features, name="encode_text")
@@ -70,5 +73,5 @@ def test_encode_text(name: str, regression: Any) -> None:
 @pytest.mark.parametrize("name", INIT_MODELS)
 def test_init(name: str, regression: Any) -> None:
     """Parameters and buffers right after initialisation, one model per family."""
-    model = zoo.create_model(name)
+    model = zoo.create_model(name).to(regression.device)
     regression.check(dict(model.state_dict()), name="init")

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from regression.config import Determinism
-from regression.determinism import CUBLAS_WORKSPACE, apply, case_seed, drift, prepare_process, \
-    require_unchanged
+from regression import determinism
+from regression.determinism import CUBLAS_WORKSPACE, REDUCED_PRECISION, apply, case_seed, drift, \
+    nondeterministic_operation_hint, prepare_process, require_unchanged
 from regression.errors import DeterminismError
 
 
@@ -24,6 +25,8 @@ def restore_torch_state() -> Iterator[None]:
     cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
              torch.backends.cudnn.allow_tf32)
     matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
+    reduced = [getattr(torch.backends.cuda.matmul, flag) for flag in REDUCED_PRECISION]
+    cublas = list(determinism._cublas_at_start)
     rng = torch.get_rng_state()
     python_rng = random.getstate()
     yield
@@ -33,6 +36,9 @@ def restore_torch_state() -> Iterator[None]:
     (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
      torch.backends.cudnn.allow_tf32) = cudnn
     torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+    for flag, value in zip(REDUCED_PRECISION, reduced):
+        setattr(torch.backends.cuda.matmul, flag, value)
+    determinism._cublas_at_start[:] = cublas
     torch.set_rng_state(rng)
 
 
@@ -167,3 +173,39 @@ def test_apply_leaves_inductor_unloaded_and_inductor_follows_the_setting(mode: b
     done = subprocess.run([sys.executable, "-c", INDUCTOR_PROBE.format(mode=mode)], env=env,
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", str(mode), str(mode)]
+
+
+@pytest.mark.parametrize("flag", REDUCED_PRECISION)
+def test_a_reduced_precision_reduction_turned_on_after_apply_is_named(flag: str) -> None:
+    settings = Determinism(threads=torch.get_num_threads(),
+                           deterministic_algorithms=torch.are_deterministic_algorithms_enabled())
+    apply(settings)
+    assert getattr(torch.backends.cuda.matmul, flag) is False
+    setattr(torch.backends.cuda.matmul, flag, True)
+    assert drift(settings) == [f"torch.backends.cuda.matmul.{flag} is True, but the key says "
+                               "reduced-precision reductions are off"]
+
+
+def test_cublas_workspace_changed_after_start_up_is_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    _prepare_cuda()
+    settings = Determinism(threads=torch.get_num_threads(),
+                           deterministic_algorithms=torch.are_deterministic_algorithms_enabled())
+    apply(settings)
+    assert drift(settings) == []
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    assert drift(settings) == ["CUBLAS_WORKSPACE_CONFIG is ':16:8', but the process started "
+                               f"(and the key was made) with {CUBLAS_WORKSPACE!r}"]
+
+
+def test_torch_s_refusal_of_a_nondeterministic_operation_gets_both_ways_out() -> None:
+    torch.use_deterministic_algorithms(True)
+    with pytest.raises(RuntimeError) as refused:  # put_ with repeated indices, on the CPU
+        torch.zeros(3).put_(torch.tensor([0, 0]), torch.ones(2))
+    hint = nondeterministic_operation_hint(str(refused.value))
+    assert hint.startswith("torch has no deterministic implementation of put_, which the case "
+                           "calls")
+    assert "deterministic alternative" in hint
+    assert "determinism.deterministic_algorithms: false and run `invoke gen --repeat 2`" in hint
+    assert nondeterministic_operation_hint("RuntimeError: shapes do not match") == ""

@@ -205,3 +205,19 @@ def test_math_libraries_change_with_the_onednn_version() -> None:
 
 def test_math_libraries_of_an_unknown_build_is_none() -> None:
     assert _math_libraries("PyTorch built with:\n  - GCC 9\n") == "none"
+
+
+def test_the_driver_version_is_read_from_either_kind_of_kernel_module() -> None:
+    from regression.fingerprint import driver_version_in
+    proprietary = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 "
+                   "2025\nGCC version:  gcc version 12.2.0")
+    open_module = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release"
+    assert driver_version_in(proprietary) == "570.86.15"
+    assert driver_version_in(open_module) == "580.65.06"
+    assert driver_version_in("") == "unknown"
+
+
+def test_a_loaded_library_is_found_by_its_name_in_this_process() -> None:
+    from regression.fingerprint import _loaded_library
+    assert "libpython" in _loaded_library("libpython") or "libc.so" in _loaded_library("libc.so")
+    assert _loaded_library("libno-such-library.so") == ""

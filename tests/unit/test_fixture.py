@@ -11,6 +11,7 @@ import torch
 from regression.cache import ABSENT, CaseRecord, Entry, Output
 from regression.compare import compare
 from regression.config import Determinism
+from regression.determinism import REDUCED_PRECISION
 from regression.errors import DeterminismError, StoreError
 from regression.fixture import CheckSink, RecordSink, Regression, snapshot
 
@@ -25,11 +26,17 @@ def current(seed: int = 0) -> Determinism:
 
 @pytest.fixture(autouse=True)
 def _tf32_off() -> Iterator[None]:
-    """The plugin turns TF32 off before every case; check() refuses to run with it on."""
+    """The plugin turns TF32 and reduced-precision reductions off before every case;
+    check() refuses to run with them on."""
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    reduced = [getattr(torch.backends.cuda.matmul, flag) for flag in REDUCED_PRECISION]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    for flag in REDUCED_PRECISION:
+        setattr(torch.backends.cuda.matmul, flag, False)
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    for flag, value in zip(REDUCED_PRECISION, reduced):
+        setattr(torch.backends.cuda.matmul, flag, value)
 
 
 def make(nodeid: str = NODEID, seed: int = 0) -> tuple[Regression, RecordSink]:
@@ -319,3 +326,21 @@ def test_check_mode_still_refuses_an_unstorable_value() -> None:
     with pytest.raises(StoreError, match=r"at \[1\]"):
         case.check([1, {1, 2}], name="logits")
     assert sink.checked == []
+
+
+def test_the_case_s_device_is_where_the_input_helpers_put_their_tensors() -> None:
+    on_meta = Regression(NODEID, current(), RecordSink(), "meta")
+    assert on_meta.device == torch.device("meta")
+    made = [on_meta.randn(2, 3), on_meta.rand(2), on_meta.randint(0, 5, (2,))]
+    assert [t.device.type for t in made] == ["meta"] * 3
+    assert on_meta.randn(2, device="cpu").device.type == "cpu"  # an explicit device wins
+
+
+def test_inputs_are_drawn_on_the_cpu_so_every_device_gets_the_same_bits() -> None:
+    on_cpu = Regression(NODEID, current(), RecordSink(), "cpu")
+    elsewhere = Regression(NODEID, current(), RecordSink(), "meta")
+    elsewhere.randn(4, 5)  # drawn from the case's CPU generator, then moved
+    on_cpu.randn(4, 5)
+    assert on_cpu.generator.get_state().equal(elsewhere.generator.get_state())
+    assert torch.equal(on_cpu.randn(3), elsewhere.randn(3, device="cpu"))
+    assert Regression(NODEID, current(), RecordSink()).device == torch.device("cpu")
