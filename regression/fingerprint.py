@@ -178,6 +178,22 @@ def _device(device: str) -> str:
     )
 
 
+def device_details(device: str) -> list[str]:
+    """What `key --explain` shows of the device but the key leaves out: which card of how
+    many, its memory and UUID. Two cards of one model give the same bits, so a pool of
+    identical GPU runners shares one reference."""
+    if device == "cpu":
+        return []
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    props = torch.cuda.get_device_properties(0)
+    uuid = getattr(props, "uuid", "unknown")
+    return [f"not in the key: GPU 0 of {torch.cuda.device_count()} visible, "
+            f"{props.total_memory / 2**30:.0f} GiB, UUID {uuid}"]
+
+
 def _cublas_version() -> str:
     """The version of the cuBLAS library this process loaded (torch's wheels bring their
     own, and pip can swap it without a new torch): asked of the library itself."""

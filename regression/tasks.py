@@ -18,6 +18,7 @@ from .config import DEVICE_ENV, DEVICES, MAX_REPEAT, Settings, find_config, load
 from . import inventory
 from .errors import RegressionError
 from .durations import read_durations
+from .fingerprint import device_details
 from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from .report import generation_lines
 from .selection import Selection, selection, unknown_cases
@@ -232,6 +233,8 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
     if explain:
         for name, value in suite.entry.parts.items():
             print(f"{name}: {value}")
+        for line in device_details(suite.reference.settings.device):
+            print(line)
         files = len({c.split("::")[0] for c in suite.cases})
         print(f"harness: {len(suite.cases)} cases in {files} files")
         if suite.shard:

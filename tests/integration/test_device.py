@@ -105,6 +105,7 @@ def test_the_zoo_on_cuda_is_recorded_checked_and_a_change_caught_and_explained(
     assert keys["cpu"] != keys["cuda"], keys
     explained = zoo_on_gpu.invoke("key", "--explain").stdout
     assert "device: cuda " in explained and "cuBLAS" in explained and "driver" in explained
+    assert "not in the key: GPU 0 of " in explained
     same = zoo_on_gpu.invoke("test")
     assert same.returncode == 0, output(same)
     assert "every case is bit-identical to the reference" in same.stdout
