@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import keyword
 import os
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
@@ -11,6 +13,7 @@ from typing import Any, Mapping, TypeVar
 import yaml
 
 from .errors import ConfigError
+from .yamlfile import Lined, YamlProblem, parse
 
 CONFIG_NAME = "config.yaml"
 CACHE_DIR_ENV = "REGRESSION_CACHE_DIR"
@@ -20,6 +23,8 @@ DEFAULT_CACHE_DIR = ".regression-cache"
 DEFAULT_DURATIONS = ".regression-durations.json"
 DEVICES = ("cpu", "cuda")
 MAX_REPEAT = 10
+MAX_CONFIG_BYTES = 1 << 20
+"""A config is a few hundred bytes; a bigger file is not one (and is not read whole)."""
 
 T = TypeVar("T")
 
@@ -143,19 +148,24 @@ def load_settings(path: Path) -> Settings:
     """Read and validate config.yaml at `path`."""
     where = str(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = parse(_read_config(path))
     except FileNotFoundError:
         raise ConfigError(where, "file not found; create it (see the README)") from None
+    except YamlProblem as exc:
+        raise ConfigError(where, str(exc), key=exc.key, line=exc.line) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(where, f"not valid YAML: {exc}") from None
+        raise ConfigError(where, _yaml_error_message(exc), line=_yaml_error_line(exc)) from None
     except UnicodeDecodeError:
         raise ConfigError(where, "not UTF-8 text; save it as UTF-8") from None
+    except IsADirectoryError:
+        raise ConfigError(where, "is a folder, not a file; config.yaml must be a file") from None
     except OSError as exc:
         raise ConfigError(where, f"cannot be read: {exc.strerror or exc}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(where, "must be a mapping of settings at the top level")
+        raise ConfigError(where, f"must be a mapping of settings at the top level (`reference: "
+                                 f"v1` and so on), got {type(raw).__name__}")
     return _device_chosen(_settings_from(path.resolve(), raw))
 
 
@@ -170,6 +180,31 @@ def _device_chosen(settings: Settings) -> Settings:
     return replace(settings, device=chosen)
 
 
+def _read_config(path: Path) -> str:
+    """The text of config.yaml; a file far bigger than any config is refused unread."""
+    with open(path, "rb") as stream:
+        data = stream.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise YamlProblem(f"is over {MAX_CONFIG_BYTES} bytes, far more than a config holds; "
+                          "is this the right file?")
+    return data.decode("utf-8")
+
+
+def _yaml_error_line(exc: yaml.YAMLError) -> int | None:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return int(mark.line) + 1 if mark is not None else None
+
+
+def _yaml_error_message(exc: yaml.YAMLError) -> str:
+    """PyYAML's reason in one line, and the fix for the usual one (a tab)."""
+    problem = str(getattr(exc, "problem", None) or exc).strip()
+    if "\\t" in problem or "\t" in problem:
+        return ("not valid YAML: a tab character; YAML does not allow tabs for indentation. "
+                "Fix: indent with spaces")
+    context = getattr(exc, "context", None)
+    return f"not valid YAML: {f'{context}: ' if context else ''}{problem}"
+
+
 def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
     reader = _Reader(str(path), raw, "")
     subject = reader.section("subject", required=True)
@@ -180,13 +215,13 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
         path=path,
         reference=reader.revision("reference", required=True),
         references=reader.mapping_of_revisions("references"),
-        subject_packages=subject.names("packages", required=True),
+        subject_packages=subject.names("packages", required=True, subject=True),
         subject_path=subject.relative_path("path", "."),
         tests=reader.relative_paths("tests", ("tests",), non_empty=True),
         harness=reader.relative_paths("harness", ()),
         determinism=Determinism(
             seed=determinism.integer("seed", 0, minimum=0, maximum=2**32 - 1),
-            threads=determinism.integer("threads", 1, minimum=1),
+            threads=determinism.threads("threads"),
             deterministic_algorithms=determinism.boolean("deterministic_algorithms", True),
             repeat=determinism.integer("repeat", 1, minimum=1, maximum=MAX_REPEAT),
         ),
@@ -212,14 +247,21 @@ SETTING_NAMES = frozenset({
 class _Reader:
     """Typed access to one mapping of config.yaml; remembers which keys were read."""
 
-    def __init__(self, path: str, data: dict[str, Any], prefix: str) -> None:
+    def __init__(self, path: str, data: dict[str, Any], prefix: str,
+                 line: int | None = None) -> None:
         self.path = path
         self.data = data
         self.prefix = prefix
+        self.line = line
+        """The line of this section's own key: where a missing setting belongs."""
         self.known: set[str] = set()
 
+    def _line(self, key: str) -> int | None:
+        return self.data.line_of(key) if isinstance(self.data, Lined) else None
+
     def _error(self, key: str, message: str) -> ConfigError:
-        return ConfigError(self.path, message, key=self.prefix + key)
+        return ConfigError(self.path, message, key=self.prefix + key,
+                           line=self._line(key) or self.line)
 
     def _get(self, key: str, required: bool) -> Any:
         self.known.add(key)
@@ -237,12 +279,13 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self._error(key, f"must be {label}, got {type(value).__name__} {value!r}")
+            raise self._error(key, f"must be {label}, got {type(value).__name__} "
+                                   f"{_shown(value)}{_quoting_hint(value, kind)}")
         return value
 
     def section(self, key: str, required: bool = False) -> _Reader:
         value = self._typed(key, dict, "a mapping", required)
-        return _Reader(self.path, value or {}, f"{self.prefix}{key}.")
+        return _Reader(self.path, value or {}, f"{self.prefix}{key}.", self._line(key))
 
     def revision(self, key: str, required: bool = False) -> str:
         value = self._get(key, required)
@@ -261,10 +304,10 @@ class _Reader:
         for name in value:
             if not isinstance(name, str):
                 raise self._error(key, f"the name {name!r} must be a string; quote it")
-        inner = _Reader(self.path, value, f"{self.prefix}{key}.")
+        inner = _Reader(self.path, value, f"{self.prefix}{key}.", self._line(key))
         return {str(name): inner.revision(str(name), required=True) for name in value}
 
-    def names(self, key: str, required: bool) -> tuple[str, ...]:
+    def names(self, key: str, required: bool, subject: bool = False) -> tuple[str, ...]:
         value = self._get(key, required)
         if value is None:
             return ()
@@ -273,10 +316,11 @@ class _Reader:
         if not isinstance(value, list) or not value and required:
             raise self._error(key, "must be a non-empty list of names")
         for item in value:
-            if not isinstance(item, str) or not item.isidentifier():
-                raise self._error(key, f"{item!r} is not a top-level package name (the import "
-                                       "redirect works on whole top-level packages: write "
-                                       "`pkg`, not `pkg.sub`)")
+            problem = _name_problem(item) or (_subject_problem(item) if subject else "")
+            if problem:
+                raise self._error(key, problem)
+            if value.count(item) > 1:
+                raise self._error(key, f"{item!r} is listed twice. Fix: list it once")
         return tuple(value)
 
     def relative_path(self, key: str, default: str) -> str:
@@ -323,6 +367,18 @@ class _Reader:
         value = self._typed(key, str, "a string")
         return default if value is None else value
 
+    def threads(self, key: str) -> int:
+        """The thread count: from 1 to the CPUs this process may use, for the reason given."""
+        value = self.integer(key, 1, minimum=1)
+        cpus = usable_cpus()
+        if value > cpus:
+            raise self._error(key, f"must be from 1 to {cpus}, the CPUs this process may use "
+                                   f"here, got {value}: threads beyond the CPUs cannot run at "
+                                   "once, they only slow torch down, and thousands of them "
+                                   f"crash it. Fix: set {self.prefix}{key} to {cpus} or fewer "
+                                   "(1, the default, works on every machine)")
+        return value
+
     def integer(self, key: str, default: int, minimum: int, maximum: int = 2**31 - 1) -> int:
         value = self._typed(key, int, "an integer")
         if value is None:
@@ -357,3 +413,83 @@ def _closest(name: str, candidates: list[str]) -> str:
     """The candidate `name` is most likely a misspelling of, or ""."""
     matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
     return matches[0] if matches else ""
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, as a container or taskset sets it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _shown(value: Any) -> str:
+    """`value` for a message, cut short: a bad value can be large."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _quoting_hint(value: Any, kind: type) -> str:
+    """What to change when YAML's quoting made a value the wrong type, or ""."""
+    if isinstance(value, str) and kind in (int, bool) and _unquoted_is(value, kind):
+        return f"; write it without quotes: {value}"
+    if kind is str and isinstance(value, bool):
+        return "; YAML reads yes, no, on, off, true and false as booleans: quote it"
+    if kind is str and isinstance(value, (int, float)):
+        return "; YAML reads it as a number: quote it"
+    return ""
+
+
+def _unquoted_is(text: str, kind: type) -> bool:
+    """Whether YAML reads `text`, written without quotes, as a value of `kind`."""
+    if len(text) > 20 or not text.strip():
+        return False
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+TOOL_IMPORTS = {
+    "regression": "it is torch-regression itself",
+    **dict.fromkeys(("torch", "torchgen", "numpy", "typing_extensions"),
+                    "torch-regression imports it with torch"),
+    **dict.fromkeys(("pytest", "_pytest", "pluggy", "iniconfig", "py", "pygments", "xdist",
+                     "execnet"), "torch-regression runs in pytest, which imports it"),
+    **dict.fromkeys(("invoke", "git", "gitdb", "smmap", "xxhash", "yaml", "_yaml",
+                     "safetensors", "filelock"), "torch-regression itself imports it"),
+}
+"""Top-level packages imported before the tests run: the redirect cannot take them over."""
+
+
+def _name_problem(item: object) -> str:
+    """Why `item` is not the name of a top-level package, or ""."""
+    if not isinstance(item, str):
+        return (f"{_shown(item)} is a {type(item).__name__}, not a package name. Fix: write "
+                "the name of a package, quoted if YAML would read it otherwise")
+    if not item.strip():
+        return f"{item!r} is an empty name. Fix: remove it, or write the package's name"
+    if "." in item:
+        return (f"{item!r} is not a top-level package name (the import redirect works on "
+                "whole top-level packages: write `pkg`, not `pkg.sub`)")
+    if not item.isidentifier():
+        return (f"{item!r} is not a package name Python can import: letters, digits and _, "
+                "not starting with a digit (a distribution like 'my-model' is imported as "
+                "'my_model')")
+    if keyword.iskeyword(item):
+        return f"{item!r} is a Python keyword: no package can have that name"
+    return ""
+
+
+def _subject_problem(name: str) -> str:
+    """Why `name` cannot be a subject package (imported before the redirect), or ""."""
+    why = TOOL_IMPORTS.get(name)
+    if why is None and name in sys.stdlib_module_names:
+        why = "it is a module of Python's standard library"
+    if why is None:
+        return ""
+    return (f"{name!r} cannot be a subject package: {why}, so it is loaded before the import "
+            "redirect exists and a recording would use the installed copy, not the "
+            "reference's. Fix: list your own packages, the ones this repository holds (e.g. "
+            "packages: [mymodel])")

@@ -10,11 +10,13 @@ class RegressionError(Exception):
 class ConfigError(RegressionError):
     """config.yaml, or a setting from the environment, is missing, unreadable or invalid."""
 
-    def __init__(self, path: str, message: str, key: str | None = None) -> None:
+    def __init__(self, path: str, message: str, key: str | None = None,
+                 line: int | None = None) -> None:
         self.path = path
         self.key = key
-        where = f"{path}: {key}: " if key else f"{path}: "
-        super().__init__(where + message)
+        self.line = line
+        where = f"{path}:{line}: " if line else f"{path}: "
+        super().__init__(where + (f"{key}: " if key else "") + message)
 
 
 class RevisionError(RegressionError):
