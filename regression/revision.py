@@ -35,11 +35,17 @@ def git_environment(environ: Mapping[str, str]) -> dict[str, str]:
             or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
 
 
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+"""Every git call runs none of the repository's hooks (`git worktree add` runs post-checkout)
+and starts no file-system monitor (a daemon that would watch a temporary worktree)."""
+
+
 def git_process(where: git.Repo | Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run git in `where` with GIT_* stripped; the one place this package starts git."""
+    """Run git in `where` with GIT_* stripped and no hooks; the one place that starts git."""
     folder = where.working_dir if isinstance(where, git.Repo) else where
     try:
-        return subprocess.run(["git", "-C", str(folder), *args], env=git_environment(os.environ),
+        return subprocess.run(["git", *NO_HOOKS, "-C", str(folder), *args],
+                              env=git_environment(os.environ),
                               capture_output=True, encoding="utf-8", errors="replace",
                               check=False)
     except FileNotFoundError:
@@ -83,14 +89,74 @@ def _object_type(repo: git.Repo, object_id: str) -> str:
     return done.stdout.strip() if done is not None and done.returncode == 0 else ""
 
 
+_KINDS_OF_REVISION = "a tag, branch, commit SHA or expression like HEAD~1"
+
+
 def resolve_revision(repo: git.Repo, revision: str) -> str:
     """The full commit SHA of a tag (peeled), branch, SHA or expression like HEAD~2."""
-    if revision.startswith("-"):
-        raise RevisionError(revision, f"{revision!r} is not a revision")
+    _refuse_malformed(revision)
+    _refuse_ambiguous_name(repo, revision)
     sha = _object_id(repo, f"{revision}^{{commit}}")
     if _SHA.match(sha):
         return sha
     raise RevisionError(revision, _unresolved_message(repo, revision))
+
+
+def _refuse_malformed(revision: str) -> None:
+    """An empty revision, or one git would read as an option, is refused before git runs."""
+    if not revision.strip():
+        raise RevisionError(revision, f"the revision is empty ({revision!r}), so it names no "
+                                      f"commit (an unset CI variable?). Fix: give "
+                                      f"{_KINDS_OF_REVISION}")
+    if revision.startswith("-"):
+        raise RevisionError(revision, f"{revision!r} is not a revision: it starts with '-', "
+                                      f"which git would read as an option. Fix: give "
+                                      f"{_KINDS_OF_REVISION}")
+
+
+def _leading_name(revision: str) -> str:
+    """The ref name or SHA an expression starts from: 'v1' of 'v1~2', 'HEAD' of 'HEAD:a'."""
+    return re.split(r"[~^:]|@\{", revision, maxsplit=1)[0]
+
+
+_SHORT_NAME_RULES = ("refs/tags/{}", "refs/heads/{}", "refs/remotes/{}", "refs/remotes/{}/HEAD")
+"""Where git looks for a short ref name, in its order (after .git/NAME itself)."""
+
+_REF_KINDS = {"refs/tags/": "the tag", "refs/heads/": "the branch",
+              "refs/remotes/": "the remote branch"}
+
+
+def _refs_named(repo: git.Repo, name: str) -> list[tuple[str, str]]:
+    """(full ref, commit) of every ref that git's short-name rules find for `name`."""
+    if not name or _SHA.match(name) or re.search(r"[*?\[\\\s]", name):
+        return []
+    rules = (("{}",) if name.startswith("refs/") else ()) + _SHORT_NAME_RULES
+    candidates = [rule.format(name) for rule in rules]
+    done = git_process(repo, "for-each-ref", "--format=%(refname) %(objectname) %(*objectname)",
+                       *candidates)
+    found = {}
+    for line in done.stdout.splitlines():
+        ref, object_id, *peeled = line.split()
+        found[ref] = peeled[0] if peeled else object_id
+    return [(ref, found[ref]) for ref in candidates if ref in found]
+
+
+def _refuse_ambiguous_name(repo: git.Repo, revision: str) -> None:
+    """A name that is both a tag and a branch (say) is refused: git would take one silently."""
+    name = _leading_name(revision)
+    refs = _refs_named(repo, name)
+    if len(refs) < 2:
+        return
+    listed = " and ".join(f"{_ref_kind(ref)} {ref} (commit {short(sha)})" for ref, sha in refs)
+    spelled = " or ".join(repr(ref + revision[len(name):]) for ref, _ in refs)
+    raise RevisionError(revision, f"{revision!r} is ambiguous: {name!r} is {listed}; git would "
+                                  f"take {refs[0][0]} without asking. Fix: write the one you "
+                                  f"mean in full, {spelled}, in config.yaml or --reference "
+                                  "(or rename one of them)")
+
+
+def _ref_kind(ref: str) -> str:
+    return next((kind for prefix, kind in _REF_KINDS.items() if ref.startswith(prefix)), "the ref")
 
 
 def _unresolved_message(repo: git.Repo, revision: str) -> str:
@@ -100,6 +166,9 @@ def _unresolved_message(repo: git.Repo, revision: str) -> str:
         return (f"the repository {repo.working_dir} has no commit yet, so there is no "
                 f"revision {revision!r} to record a reference from. Fix: commit your code "
                 "first (`git add -A && git commit -m ...`), then run again.")
+    candidates = _abbreviation_candidates(repo, _leading_name(revision))
+    if len(candidates) > 1:
+        return _ambiguous_abbreviation_message(repo, revision, candidates)
     what = _what_it_names(repo, revision)
     if what:
         return (f"{revision!r} names {what}, not a commit; a reference must be a commit: "
@@ -131,6 +200,37 @@ def _use_instead(revision: str) -> str:
     return "name a commit (`git log --oneline --all` lists them)"
 
 
+_LISTED_CANDIDATES = 10
+
+
+def _abbreviation_candidates(repo: git.Repo, name: str) -> list[str]:
+    """Every object whose id starts with `name`, when `name` is an abbreviated SHA."""
+    if not re.fullmatch(r"[0-9a-fA-F]{4,39}", name):
+        return []
+    done = git_process(repo, "rev-parse", f"--disambiguate={name.lower()}")
+    return sorted(done.stdout.split()) if done.returncode == 0 else []
+
+
+def _ambiguous_abbreviation_message(repo: git.Repo, revision: str, candidates: list[str]) -> str:
+    """The objects a short SHA could mean, listed as git lists them."""
+    name = _leading_name(revision)
+    lines = "\n".join(f"  {_candidate_line(repo, oid)}" for oid in candidates[:_LISTED_CANDIDATES])
+    more = len(candidates) - _LISTED_CANDIDATES
+    return (f"the short SHA {name!r} is ambiguous: {len(candidates)} objects start with it"
+            f"{f' ({more} not listed)' if more > 0 else ''}:\n{lines}\n"
+            f"Fix: write more of the SHA of the commit you mean (`git rev-parse {name}` names "
+            "the candidates too), in config.yaml or --reference.")
+
+
+def _candidate_line(repo: git.Repo, object_id: str) -> str:
+    """'1a2b3c4d5e6f commit 2026-01-02 - subject', or the id and its type."""
+    kind = _object_type(repo, object_id) or "object"
+    if kind != "commit":
+        return f"{short(object_id)} {kind}"
+    about = git_process(repo, "log", "-1", "--format=%cs - %s", object_id).stdout.strip()
+    return f"{short(object_id)} commit {about}"
+
+
 def _not_found_message(repo: git.Repo, revision: str) -> str:
     message = f"revision {revision!r} does not exist in {repo.working_dir}"
     if is_shallow(repo):
@@ -139,7 +239,7 @@ def _not_found_message(repo: git.Repo, revision: str) -> str:
             "Fix: run `git fetch --unshallow --tags`; in GitHub Actions give "
             "actions/checkout `fetch-depth: 0`."
         )
-    return (
+    return _past_the_root(repo, revision) or _only_remote(repo, revision) or (
         f"{message}. Fix: check the spelling of {revision!r} where you gave it (a tag, "
         "branch, commit SHA or expression like HEAD~1); "
         "for a tag or branch of a remote, run `git fetch --tags origin` first."
@@ -285,3 +385,32 @@ def _how_to_fetch(repo: git.Repo, stderr: str) -> str:
     return (f"Their objects are gone from .git (a damaged or incomplete clone). Fix: fetch "
             f"them again with `git fetch --refetch {name}` (git 2.36 or later) or clone the "
             "repository again; `git fsck` lists everything that is missing.")
+
+
+def _past_the_root(repo: git.Repo, revision: str) -> str:
+    """Why 'HEAD~99' names nothing when HEAD exists: its history is shorter; or ""."""
+    name = _leading_name(revision)
+    rest = revision[len(name):]
+    if not name or not re.match(r"[~^]", rest) or not _object_id(repo, f"{name}^{{commit}}"):
+        return ""
+    count = int(run_git(repo, "rev-list", "--count", "--first-parent", f"{name}^{{commit}}"))
+    return (f"revision {revision!r} does not exist: {name!r} is a commit, but {rest!r} steps "
+            f"back past its history, which has {count} commit(s) along first parents (the "
+            f"oldest is {name}~{count - 1}). Fix: step back fewer commits, or name the commit "
+            "you mean (`git log --oneline` lists them).")
+
+
+def _only_remote(repo: git.Repo, revision: str) -> str:
+    """Why 'main' names nothing in a clone that has only 'origin/main' (CI); or ""."""
+    name = _leading_name(revision)
+    if not name or re.search(r"[*?\[\\\s]", name):
+        return ""
+    done = git_process(repo, "for-each-ref", "--format=%(refname:short)",
+                       f"refs/remotes/*/{name}")
+    remotes = done.stdout.split()
+    if not remotes:
+        return ""
+    return (f"revision {revision!r} does not exist: there is no tag or local branch {name!r}, "
+            f"only the remote branch {' and '.join(remotes)}. Fix: write "
+            f"{remotes[0] + revision[len(name):]!r} in config.yaml or --reference (it moves "
+            f"with every fetch), or create the branch: `git branch {name} {remotes[0]}`.")
