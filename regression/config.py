@@ -162,7 +162,8 @@ def load_settings(path: Path) -> Settings:
     except OSError as exc:
         raise ConfigError(where, f"cannot be read: {exc.strerror or exc}") from None
     if raw is None:
-        raw = {}
+        raise ConfigError(where, "is empty; a config needs at least `reference:` and `subject:` "
+                                 "with its `packages:`, see the README's Configuration section")
     if not isinstance(raw, dict):
         raise ConfigError(where, f"must be a mapping of settings at the top level (`reference: "
                                  f"v1` and so on), got {type(raw).__name__}")
@@ -256,7 +257,7 @@ class _Reader:
         """The line of this section's own key: where a missing setting belongs."""
         self.known: set[str] = set()
 
-    def _line(self, key: str) -> int | None:
+    def _line(self, key: Any) -> int | None:
         return self.data.line_of(key) if isinstance(self.data, Lined) else None
 
     def _error(self, key: str, message: str) -> ConfigError:
@@ -400,13 +401,14 @@ class _Reader:
         return value
 
     def reject_unknown(self) -> None:
-        unknown = sorted(str(k) for k in self.data if k not in self.known)
+        unknown = sorted((k for k in self.data if k not in self.known), key=str)
         if unknown:
-            meant = _closest(unknown[0], sorted(self.known))
+            meant = _closest(str(unknown[0]), sorted(self.known))
             hint = f"did you mean {meant!r}? " if meant else ""
-            raise self._error(
-                unknown[0], f"unknown setting; {hint}known here: {', '.join(sorted(self.known))}"
-            )
+            raise ConfigError(self.path, f"unknown setting; {hint}known here: "
+                                         f"{', '.join(sorted(self.known))}",
+                              key=self.prefix + str(unknown[0]),
+                              line=self._line(unknown[0]) or self.line)
 
 
 def _closest(name: str, candidates: list[str]) -> str:

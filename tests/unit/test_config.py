@@ -243,10 +243,11 @@ def test_top_level_that_is_not_a_mapping_is_rejected(tmp_path: Path, text: str) 
     assert info.value.path == str(path)
 
 
-def test_empty_file_reports_a_missing_required_setting(tmp_path: Path) -> None:
-    error = config_error(tmp_path, "")
-    assert error.key in ("reference", "subject")
-    assert "missing; this setting is required" in str(error)
+def test_empty_file_says_what_a_config_needs(tmp_path: Path) -> None:
+    for text in ("", "# nothing yet\n", "---\n"):
+        error = config_error(tmp_path, text)
+        assert error.key is None
+        assert "is empty; a config needs at least `reference:` and `subject:`" in str(error)
 
 
 def test_missing_file_names_the_file(tmp_path: Path) -> None:
