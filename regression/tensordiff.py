@@ -1,5 +1,6 @@
 """How two tensors of one dtype and shape differ, element by element: how many elements,
-the largest absolute and relative change, distances in ULPs, the first differing elements.
+the largest absolute and relative change, distances in ULPs, the first differing elements,
+and the verdict: rounding or changed behaviour, judged on the tensor's own scale.
 
 Works through a chunk of elements at a time, so memory stays the inputs plus small buffers.
 Pure: no pytest, no storage.
@@ -16,8 +17,11 @@ import torch
 SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 CHUNK = 1 << 20  # elements compared at a time
 FIRST = 3  # differing elements shown in full
-ROUNDING_ULPS = 16  # at most this many: what reordered arithmetic gives
-SMALL_ULPS = 256  # beyond this: far beyond rounding
+BANDS = {32: (64, 256), 16: (8, 32)}
+"""By the width of a float: at most the first many ULPs at the tensor's scale is what
+reordered arithmetic gives, beyond the second far beyond rounding. Float32: a dot product of
+768 terms in another order gives 13 to 25 (a sum of n terms grows as sqrt(n)); 16-bit floats
+accumulate in float32 and round once, and 32 of their ULPs are a quarter (bfloat16)."""
 ULP_BUCKETS = (("1", 1, 1), ("2-4", 2, 4), ("5-16", 5, 16), ("17-256", 17, 256),
                ("more", 257, math.inf))
 _MAGNITUDE = {2: 0x7FFF, 4: 0x7FFF_FFFF, 8: 0x7FFF_FFFF_FFFF_FFFF}
@@ -39,12 +43,18 @@ class TensorDiff:
     shape: tuple[int, ...]
     numel: int
     floating: bool
+    dtype: torch.dtype
     differing: int = 0
     largest: Element | None = None
     largest_size: float = 0.0
     relative: Element | None = None
     relative_size: float = 0.0
     max_ulps: float = 0.0
+    rms: float = 0.0
+    """Root mean square of both tensors' finite elements: the tensor's own scale."""
+    scaled_ulps: float = 0.0
+    """The largest difference in ULPs at the tensor's scale: each element's ULP distance, or
+    its difference in ULPs of the RMS where that is smaller (an element near zero)."""
     bits_only: int = 0  # differing elements at 0 ULPs: NaN payload or sign of zero
     ulp_counts: list[int] = field(default_factory=lambda: [0] * len(ULP_BUCKETS))
     first: list[Element] = field(default_factory=list)
@@ -59,17 +69,51 @@ class TensorDiff:
 
 def scan(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHUNK) -> TensorDiff:
     """Every differing element of two tensors of one (real) dtype and shape, chunk by chunk."""
-    diff = TensorDiff(tuple(reference.shape), reference.numel(), reference.is_floating_point())
+    diff = TensorDiff(tuple(reference.shape), reference.numel(), reference.is_floating_point(),
+                      reference.dtype)
     offset = 0
+    squares, finite = 0.0, 0
     for ref, new in zip(pieces(reference, chunk), pieces(actual, chunk)):
         where = (_bits(ref) != _bits(new)).nonzero().reshape(-1)
         if where.numel():
             _add(diff, offset, where, ref[where], new[where])
+        if diff.floating:
+            for piece in (ref, new):
+                values = piece.to(torch.float64)
+                values = values[values.isfinite()]
+                squares, finite = squares + float((values * values).sum()), finite + values.numel()
         offset += ref.numel()
     if diff.largest is not None and not diff.floating:  # exact, also beyond 2**53
         largest = diff.largest
         diff.largest_size = float(abs(int(largest.actual.item()) - int(largest.reference.item())))
+    if diff.differing and diff.floating:
+        diff.rms = math.sqrt(squares / finite) if finite else 0.0
+        diff.scaled_ulps = _scaled_ulps(reference, actual, diff.rms, chunk)
     return diff
+
+
+def _scaled_ulps(reference: torch.Tensor, actual: torch.Tensor, rms: float, chunk: int
+                 ) -> float:
+    """The largest difference in ULPs at the tensor's scale: rounding moves an element near
+    zero by ULPs of the values it was computed from, not of its own (tiny) magnitude."""
+    unit = ulp_at(rms, reference.dtype)
+    largest = 0.0
+    for ref, new in zip(pieces(reference, chunk), pieces(actual, chunk)):
+        where = (_bits(ref) != _bits(new)).nonzero().reshape(-1)
+        if where.numel():
+            ref, new = ref[where], new[where]
+            scaled = torch.minimum(ulp_distances(ref, new), absolute_sizes(ref, new) / unit)
+            largest = max(largest, float(scaled.max()))
+    return largest
+
+
+def ulp_at(magnitude: float, dtype: torch.dtype) -> float:
+    """The gap between neighbouring values of `dtype` at `magnitude` (at least the gap
+    between subnormals; above the largest finite value, the gap below it)."""
+    info = torch.finfo(dtype)
+    magnitude = min(max(magnitude, info.smallest_normal), info.max)
+    _, exponent = math.frexp(magnitude)  # magnitude = m * 2**exponent, 0.5 <= m < 1
+    return math.ldexp(info.eps, exponent - 1)
 
 
 def _add(diff: TensorDiff, offset: int, where: torch.Tensor, ref: torch.Tensor,
@@ -171,19 +215,34 @@ def verdict(diff: TensorDiff) -> str:
     """One line that says what kind of change this is."""
     if not diff.floating:
         return "changed behaviour: no rounding changes integers"
-    ulps = diff.max_ulps
-    if ulps == 0:
+    if diff.max_ulps == 0:
         return "in bits only (NaN payload or sign of zero): the values are equal"
-    if math.isinf(ulps):
+    if math.isinf(diff.max_ulps):
         return "a NaN appeared or went: changed behaviour"
-    most = f"at most {ulps:.0f} ULP{'s' if ulps != 1 else ''}"
-    if ulps <= ROUNDING_ULPS:
+    ulps = diff.scaled_ulps
+    rounding, small = bands(diff.dtype)
+    most = f"at most {_ulps_text(ulps)} at its scale"
+    if ulps <= rounding:
         return (f"{most}: rounding-level, as reordered arithmetic gives (another kernel, "
                 "summation order, fused operations)")
-    if ulps <= SMALL_ULPS:
+    if ulps <= small:
         return (f"{most}: beyond one rounding; reordered arithmetic compounded over many "
                 "operations, or a small change of behaviour")
-    return f"up to {ulps:.3g} ULPs: changed behaviour, far beyond rounding"
+    return f"up to {_ulps_text(ulps)} at its scale: changed behaviour, far beyond rounding"
+
+
+def bands(dtype: torch.dtype) -> tuple[int, int]:
+    """The ULPs at a tensor's scale up to which a change reads as rounding, and beyond which
+    as changed behaviour, for its float dtype."""
+    return BANDS[32] if torch.finfo(dtype).bits >= 32 else BANDS[16]
+
+
+def _ulps_text(ulps: float) -> str:
+    """A number of ULPs: whole when it is one, else to three digits."""
+    if math.isinf(ulps):
+        return "infinitely many ULPs"
+    text = f"{ulps:.0f}" if ulps == int(ulps) and ulps < 1e4 else f"{ulps:.3g}"
+    return f"{text} ULP{'' if ulps == 1 else 's'}"
 
 
 def headline(diff: TensorDiff) -> str:
@@ -215,10 +274,19 @@ def report_lines(diff: TensorDiff) -> list[str]:
                            in zip(ULP_BUCKETS, diff.ulp_counts))
         bits = f", bits only: {diff.bits_only}" if diff.bits_only else ""
         lines.append(f"ULP distances: {counts}{bits}")
+        lines.append(_scale_line(diff))
     shown = f"first {len(diff.first)}" if diff.differing > len(diff.first) else "all"
     lines.append(f"{shown} differing elements:")
     lines += [f"  {_element_text(diff, element, bits=True)}" for element in diff.first]
     return lines
+
+
+def _scale_line(diff: TensorDiff) -> str:
+    """How the verdict measured: per element the largest ULP distance, at the tensor's
+    scale the largest that counts."""
+    return (f"at the tensor's scale (RMS {diff.rms:.3g}; elements below it measured in ULPs "
+            f"of the RMS): at most {_ulps_text(diff.scaled_ulps)}; per element up to "
+            f"{_ulps_text(diff.max_ulps)}")
 
 
 def _element_text(diff: TensorDiff, element: Element, bits: bool = False) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -57,7 +58,7 @@ def test_one_ulp_change_reads_as_reordered_arithmetic() -> None:
     reference = torch.linspace(-2, 2, 12).reshape(3, 4)
     difference = compare_tensors(reference, _up(reference, 1))
     assert difference is not None
-    assert "at most 1 ULP: rounding-level, as reordered arithmetic gives" in difference.detail
+    assert "at most 1 ULP at its scale: rounding-level, as reordered arithmetic gives" in difference.detail
     assert "ULP distances: 1: 12, 2-4: 0, 5-16: 0, 17-256: 0, more: 0" in difference.lines
 
 
@@ -65,7 +66,7 @@ def test_relative_change_of_1e_3_reads_as_changed_behaviour() -> None:
     reference = torch.linspace(1, 2, 10)
     difference = compare_tensors(reference, reference * (1 + 1e-3))
     assert difference is not None
-    assert "ULPs: changed behaviour, far beyond rounding" in difference.detail
+    assert "ULPs at its scale: changed behaviour, far beyond rounding" in difference.detail
     (relative,) = [line for line in difference.lines if line.startswith("max relative")]
     assert relative.startswith("max relative diff 0.001 at ")
 
@@ -74,7 +75,7 @@ def test_a_few_hundred_ulps_are_said_to_be_beyond_one_rounding() -> None:
     reference = torch.ones(2)
     difference = compare_tensors(reference, _up(reference, 100))
     assert difference is not None
-    assert "at most 100 ULPs: beyond one rounding" in difference.detail
+    assert "at most 100 ULPs at its scale: beyond one rounding" in difference.detail
 
 
 def test_report_lists_the_first_three_elements_with_their_bits() -> None:
@@ -103,3 +104,118 @@ def test_report_lists_the_first_three_elements_with_their_bits() -> None:
 def test_values_read_as_the_shortest_decimal_of_their_dtype(value: float, dtype: torch.dtype,
                                                             text: str) -> None:
     assert value_text(torch.tensor(value, dtype=dtype)) == text
+
+
+# The verdict judges on the tensor's own scale. Ground truth: real torch computations of each
+# kind, as real histories give them.
+
+ROUNDING = "at its scale: rounding-level, as reordered arithmetic gives"
+BEHAVIOUR = "at its scale: changed behaviour, far beyond rounding"
+
+
+def _verdict(reference: torch.Tensor, actual: torch.Tensor) -> str:
+    difference = compare_tensors(reference, actual)
+    assert difference is not None
+    return difference.detail
+
+
+def _features(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ViT-like feature (tokens of width 768, layer-normed: many elements near zero) and
+    a projection."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.layer_norm(torch.randn(2, 50, 768, generator=generator), (768,))
+    return x.to(dtype), (torch.randn(768, 768, generator=generator) / 768 ** 0.5).to(dtype)
+
+
+@pytest.mark.parametrize("reordered", [
+    lambda x, w: x[..., :384] @ w[:384] + x[..., 384:] @ w[384:],  # split-K
+    lambda x, w: (x.unsqueeze(-1) * w).sum(-2),  # another summation order
+])
+def test_reordered_matmul_with_elements_near_zero_reads_as_rounding(reordered: Any) -> None:
+    x, w = _features()
+    reference, actual = x @ w, reordered(x, w)
+    assert scan(reference, actual).max_ulps > 1000  # per element: elements near zero explode
+    assert ROUNDING in _verdict(reference, actual)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reordered_matmul_in_half_precision_reads_as_rounding(dtype: torch.dtype) -> None:
+    x, w = _features(dtype)
+    reference = x @ w
+    assert ROUNDING in _verdict(reference, x[..., :384] @ w[:384] + x[..., 384:] @ w[384:])
+    assert BEHAVIOUR in _verdict(reference, (x * 1.5) @ w)
+
+
+def test_fused_attention_against_a_manual_one_reads_as_rounding() -> None:
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, 2, 8, 50, 64, generator=generator).unbind(0)
+    fused = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    manual = torch.softmax(q @ k.transpose(-2, -1) / 8, dim=-1) @ v
+    assert scan(fused, manual).max_ulps > 1000
+    assert ROUNDING in _verdict(fused, manual)
+
+
+def test_gelu_tanh_approximation_reads_as_changed_behaviour() -> None:
+    x, _ = _features()
+    exact = torch.nn.functional.gelu(x)
+    assert BEHAVIOUR in _verdict(exact, torch.nn.functional.gelu(x, approximate="tanh"))
+
+
+def test_reinitialised_weight_reads_as_changed_behaviour() -> None:
+    x, _ = _features()
+    torch.manual_seed(0)
+    before = torch.nn.Linear(768, 10)
+    torch.manual_seed(1)
+    after = torch.nn.Linear(768, 10)
+    with torch.no_grad():
+        assert BEHAVIOUR in _verdict(before(x), after(x))
+
+
+@pytest.mark.parametrize("index", [0, 7])  # the largest element, and one near zero
+def test_one_ulp_nudge_of_one_element_reads_as_rounding(index: int) -> None:
+    reference = torch.tensor([3.0, 1.5, -2.0, 0.5, 1.0, -1.0, 0.25, 1e-6])
+    actual = reference.clone()
+    actual[index] = _up(reference[index:index + 1], 1)[0]
+    detail = _verdict(reference, actual)
+    assert "1 of 8 elements differ" in detail and ROUNDING in detail
+    assert ("at most 1 ULP at" in detail) == (index == 0)  # near zero: a fraction of one
+
+
+def test_all_zero_tensors() -> None:
+    zeros = torch.zeros(4)
+    assert "in bits only (NaN payload or sign of zero)" in _verdict(zeros, -zeros)
+    tiny = zeros.clone()
+    tiny[2] = 1e-30  # no scale to hide it: the reference is all zeros
+    assert BEHAVIOUR in _verdict(zeros, tiny)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.uint8, torch.bool])
+def test_integers_and_bools_always_read_as_changed_behaviour(dtype: torch.dtype) -> None:
+    reference = torch.tensor([0, 1, 1, 0], dtype=dtype)
+    actual = torch.tensor([0, 1, 0, 0], dtype=dtype)
+    assert _verdict(reference, actual).endswith("changed behaviour: no rounding changes "
+                                                "integers")
+
+
+def test_nan_and_inf() -> None:
+    x, w = _features()
+    reference, actual = x @ w, x[..., :384] @ w[:384] + x[..., 384:] @ w[384:]
+    reference[0, 0, 0] = actual[0, 0, 0] = math.inf  # an inf in both: no effect on the scale
+    assert ROUNDING in _verdict(reference, actual)
+    flipped = actual.clone()
+    flipped[0, 0, 0] = -math.inf
+    assert BEHAVIOUR in _verdict(reference, flipped)
+    actual[1, 2, 3] = math.nan
+    assert "a NaN appeared or went: changed behaviour" in _verdict(reference, actual)
+
+
+def test_the_report_keeps_the_per_element_histogram_and_says_how_the_verdict_measured() -> None:
+    reference = torch.tensor([1.0, 1.0, 1e-6, 1.0])
+    actual = reference.clone()
+    actual[2] = _up(reference[2:3], 1000)[0]
+    difference = compare_tensors(reference, actual)
+    assert difference is not None
+    assert "ULP distances: 1: 0, 2-4: 0, 5-16: 0, 17-256: 0, more: 1" in difference.lines
+    scale = [line for line in difference.lines if line.startswith("at the tensor's scale")]
+    assert scale == ["at the tensor's scale (RMS 0.866; elements below it measured in ULPs of "
+                     "the RMS): at most 0.00191 ULPs; per element up to 1000 ULPs"]
