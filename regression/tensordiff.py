@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import permutations
 from typing import Iterator
 
 import torch
@@ -24,6 +25,7 @@ reordered arithmetic gives, beyond the second far beyond rounding. Float32: a do
 accumulate in float32 and round once, and 32 of their ULPs are a quarter (bfloat16)."""
 ULP_BUCKETS = (("1", 1, 1), ("2-4", 2, 4), ("5-16", 5, 16), ("17-256", 17, 256),
                ("more", 257, math.inf))
+MAX_PERMUTED = 6  # dims up to which every permutation is tried for a layout
 _MAGNITUDE = {2: 0x7FFF, 4: 0x7FFF_FFFF, 8: 0x7FFF_FFFF_FFFF_FFFF}
 
 
@@ -327,3 +329,70 @@ def hex_bits(element: torch.Tensor) -> str:
     width = element.element_size() * 8
     bits = int(element.reshape(1).view(SAME_WIDTH_INT[element.element_size()]).item())
     return f"0x{bits & ((1 << width) - 1):0{width // 4}x}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one tensor holds another's values: its dims permuted, then reshaped."""
+
+    order: tuple[int, ...]
+    reshaped: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    """The shapes before and after a reshape that followed the permutation."""
+
+    def __str__(self) -> str:
+        return f"same values, {self.how}" if self.how else "bit-identical"
+
+    @property
+    def how(self) -> str:
+        """The mapping alone: "dims permuted (1, 0, 2)"; "" for none."""
+        moved = self.order != tuple(range(len(self.order)))
+        permuted = f"dims permuted {self.order}" if moved else ""
+        if self.reshaped is None:
+            return permuted
+        before, after = self.reshaped
+        if not moved:
+            return f"reshaped from {list(before)} to {list(after)}"
+        return f"{permuted}, then reshaped to {list(after)}"
+
+
+def layout(reference: torch.Tensor, actual: torch.Tensor) -> Layout | None:
+    """How `actual` holds `reference`'s values in another layout (a permutation of dims, a
+    reshape, or one then the other); None when it does not."""
+    if reference.dtype != actual.dtype or reference.numel() != actual.numel() or \
+            reference.is_complex():
+        return None
+    if not torch.equal(_sorted_bits(reference), _sorted_bits(actual)):
+        return None  # not even the same values
+    dims = range(reference.dim())
+    orders = list(permutations(dims)) if reference.dim() <= MAX_PERMUTED else [tuple(dims)]
+    exact = [o for o in orders if reference.permute(o).shape == actual.shape]
+    for order in [*exact, *(o for o in orders if o not in exact)]:
+        moved = reference.permute(order)
+        if _bits_equal(moved.reshape(actual.shape), actual):
+            reshaped = None if order in exact else (tuple(moved.shape), tuple(actual.shape))
+            return Layout(order, reshaped)
+    return None
+
+
+def aligned(reference: torch.Tensor, actual: torch.Tensor, hint: tuple[int, ...] | None
+            ) -> tuple[torch.Tensor, Layout] | None:
+    """`reference` with its dims permuted into `actual`'s shape, so values can be compared
+    where they differ: by `hint` where it fits, else by the one permutation that fits."""
+    if reference.dim() != actual.dim() or reference.dim() > MAX_PERMUTED:
+        return None
+    fits = [o for o in permutations(range(reference.dim()))
+            if reference.permute(o).shape == actual.shape]
+    order = hint if hint in fits else fits[0] if len(fits) == 1 else None
+    if order is None:
+        return None
+    return reference.permute(order).contiguous(), Layout(order)
+
+
+def _sorted_bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as integers of their width, sorted: equal for the same values
+    in any order."""
+    return torch.sort(_bits(_flat(tensor))).values
+
+
+def _bits_equal(reference: torch.Tensor, actual: torch.Tensor) -> bool:
+    return torch.equal(_bits(_flat(reference)), _bits(_flat(actual)))

@@ -1,22 +1,26 @@
 """A trace of every torch.nn.Module call of one case, for `invoke explain`.
 
-Global forward hooks note each call in the order calls finish: its module's qualified name
-in the outermost module, the digest of its inputs (taken as the call starts, with the state
-of torch's random generator) and of its outputs, which go to a file of their own at once.
-Each parameter and buffer of an outermost module is written, one file each, when that
-module is first called. Nothing stays in memory but one line per call, so memory is bounded
-by the largest single module output, not by the trace.
+Global forward hooks note each call in the order calls finish: its module's path from what
+the test holds (`model.visual.transformer`), the digest of its inputs (taken as the call
+starts), the state of torch's random generators as it starts and whether it drew from them,
+and its output and input tensors, which go to files of their own at once (an input tensor
+seen before is not written again). Each parameter and buffer of an outermost module is
+written, one file each and once, when that module is first called. Nothing stays in memory
+but one line per call, so memory is bounded by the largest single module output, not by the
+trace.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+import sys
 import weakref
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping
+from typing import IO, Any, Callable, Iterator, Mapping
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -27,6 +31,7 @@ from .store import Encoder, decode, save_tensors, tensors_digest, tensors_from_f
 
 CALLS = "calls.jsonl"
 STATES = "states.jsonl"
+INPUTS = "inputs"
 OUTPUTS = "outputs.json"
 WHOLE = "<value>"
 """The path of a value that is itself a tensor."""
@@ -49,8 +54,8 @@ class Call:
     depth: int
     """0 for an outermost call."""
     inputs: str
-    """Digest of the inputs: tensors (positional ones as the call started), other leaves,
-    and the random generators' state."""
+    """Digest of the inputs: tensors (positional ones as the call started) and other
+    leaves."""
     outputs: str
     """Digest of the outputs."""
     file: str = ""
@@ -62,6 +67,16 @@ class Call:
     unknown: str = ""
     """What the digests cannot see ("inputs", "outputs", "inputs and outputs"): a value
     that is neither a tensor nor plain data nor a container of them (a cache object)."""
+    tensors_in: dict[str, list[str]] = field(default_factory=dict)
+    """The input tensors by path ("[0]", "['mask']"): their file in `inputs/` and its
+    content hash."""
+    other_in: dict[str, str] = field(default_factory=dict)
+    """The inputs that are not tensors, by path, as text."""
+    generators: str = ""
+    """Digest of torch's random generators' state as the call started."""
+    draws: bool = False
+    """Whether the call drew random numbers: the generators' state changed during it, so
+    it is one of its inputs."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -90,7 +105,9 @@ class _Open:
     number: int
     depth: int
     entered: int
-    inputs: str
+    tensors: dict[str, list[str]]
+    other: dict[str, str]
+    generators: str
     unknown: bool
 
 
@@ -113,10 +130,18 @@ class Tracer:
     its own (a full disk, a tensor it cannot read) stops the trace, never the case: it is
     kept in `problem`."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, test: Callable[..., object] | None = None) -> None:
         self.folder = folder
         self.calls_folder = folder / "calls"
         self.states_folder = folder / "states"
+        self.inputs_folder = folder / INPUTS
+        self.test_code = getattr(inspect.unwrap(test), "__code__", None) if test else None
+        """The test function's code: its locals name the modules the test calls."""
+        self.written_inputs: dict[str, str] = {}
+        """The file of each input tensor written, by content hash."""
+        self.kept: dict[int, weakref.ref[torch.Tensor]] = {}
+        """Each parameter and buffer written, by id: one shared by two outermost modules
+        is written once."""
         self.stack: list[_Open] = []
         self.roots: dict[int, _Root] = {}
         """Each outermost module seen, by id."""
@@ -131,7 +156,7 @@ class Tracer:
         self.states: IO[str] | None = None
 
     def __enter__(self) -> Tracer:
-        for folder in (self.calls_folder, self.states_folder):
+        for folder in (self.calls_folder, self.states_folder, self.inputs_folder):
             folder.mkdir(parents=True, exist_ok=True)
         self.calls = open(self.folder / CALLS, "a", encoding="utf-8")
         self.states = open(self.folder / STATES, "a", encoding="utf-8")
@@ -156,10 +181,10 @@ class Tracer:
                 self._keep_states(self._root(module) or self._add_root(module), module)
             name = self._name(module)
             self.numbers[name] += 1
-            inputs, unknown = _digest(args)
+            tensors, other, unknown = self._write_inputs(args)
             self.stack.append(_Open(id(module), name, type(module).__qualname__,
                                     self.numbers[name], len(self.stack), self.entered,
-                                    digest(f"{inputs}|{_generators()}".encode()), unknown))
+                                    tensors, other, _generators(), unknown))
             self.entered += 1
         except Exception as exc:  # noqa: BLE001 - the case goes on; explain reports it
             self._stop(exc)
@@ -186,14 +211,32 @@ class Tracer:
         file = content = ""
         if tensors:
             file, content = save_tensors(self.calls_folder, f"{started.entered:06d}", tensors)
-        keywords, unknown_keywords = _digest(kwargs)
+        keywords, other_keywords, unknown_keywords = self._write_inputs(kwargs)
         unknown = [part for part, hidden in (("inputs", started.unknown or unknown_keywords),
                                              ("outputs", unknown_outputs)) if hidden]
+        tensors_in = {**started.tensors, **keywords}
+        other_in = {**started.other, **other_keywords}
+        inputs = digest(json.dumps([[c for _, c in tensors_in.values()], other_in]).encode())
         call = Call(started.entered, started.name, started.kind, started.number,
-                    started.depth, digest(f"{started.inputs}|{keywords}".encode()),
-                    digest(json.dumps([content, other]).encode()), file, content, other,
-                    " and ".join(unknown))
+                    started.depth, inputs, digest(json.dumps([content, other]).encode()), file,
+                    content, other, " and ".join(unknown), tensors_in, other_in,
+                    started.generators, _generators() != started.generators)
         self._append(self.calls, asdict(call))
+
+    def _write_inputs(self, value: object) -> tuple[dict[str, list[str]], dict[str, str], bool]:
+        """The tensors in a call's inputs, each written to its file unless written before,
+        the other leaves as text, and whether a leaf is one the trace cannot see into."""
+        tensors, other, unknown = _leaves(value)
+        written = {}
+        for path, tensor in tensors.items():
+            content = tensors_digest({"t": tensor})
+            file = self.written_inputs.get(content)
+            if file is None:
+                file, _ = save_tensors(self.inputs_folder, f"{len(self.written_inputs):06d}",
+                                       {"t": tensor})
+                self.written_inputs[content] = file
+            written[path] = [file, content]
+        return written, other, unknown
 
     def _stop(self, exc: Exception) -> None:
         self.problem = f"{type(exc).__name__}: {exc}"
@@ -211,12 +254,33 @@ class Tracer:
         return known if known is not None and known.module() is module else None
 
     def _add_root(self, module: torch.nn.Module) -> _Root:
-        kind = type(module).__qualname__
-        self.labels[kind] += 1
-        label = kind if self.labels[kind] == 1 else f"{kind}#{self.labels[kind]}"
+        label = self._label(module)
         names = {id(m): f"{label}.{n}" if n else label for n, m in module.named_modules()}
         root = self.roots[id(module)] = _Root(weakref.ref(module), label, names)
         return root
+
+    def _label(self, module: torch.nn.Module) -> str:
+        """An outermost module's name: its name in an outermost module seen before, else its
+        path from a local variable of the test (`model.visual`), else its class; made
+        unique with `#2`, `#3`, ... ."""
+        inside = [known.names[id(module)] for known in self.roots.values()
+                  if known.module() is not None and id(module) in known.names]
+        label = inside[0] if inside else self._local_path(module) or type(module).__qualname__
+        self.labels[label] += 1
+        return label if self.labels[label] == 1 else f"{label}#{self.labels[label]}"
+
+    def _local_path(self, module: torch.nn.Module) -> str:
+        """The shortest path to `module` from a local variable of the running test; "" when
+        the test is unknown or holds it in no variable."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not self.test_code:
+            frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            return ""
+        paths = [f"{name}.{inner}" if inner else name
+                 for name, value in frame.f_locals.items() if isinstance(value, torch.nn.Module)
+                 for inner, found in value.named_modules() if found is module]
+        return min(paths, key=len, default="")
 
     def _keep_states(self, root: _Root, module: torch.nn.Module) -> None:
         """Write the parameters and buffers of an outermost module not written yet: all of
@@ -231,6 +295,10 @@ class Tracer:
             if name in root.kept:
                 continue
             root.kept.add(name)
+            known = self.kept.get(id(tensor))
+            if known is not None and known() is tensor:
+                continue  # written under another outermost module's name
+            self.kept[id(tensor)] = weakref.ref(tensor)
             stored = _storable(tensor)  # one at a time: one tensor in host memory at once
             if stored is None:
                 continue
@@ -315,14 +383,6 @@ def _walk(value: object, path: str, depth: int) -> Iterator[tuple[str, object]]:
         yield path, value
 
 
-def _digest(value: object) -> tuple[str, bool]:
-    """One digest of every tensor's bits and every other leaf in `value`, and whether a
-    leaf is one it cannot see into."""
-    tensors, other, unknown = _leaves(value)
-    return digest(json.dumps([tensors_digest(tensors) if tensors else "", other]).encode()), \
-        unknown
-
-
 def write_outputs(folder: Path, outputs: Mapping[str, object]) -> None:
     """The case's checked outputs, by name, next to its trace."""
     encoder = Encoder(prefix="t", copy=False)
@@ -350,6 +410,12 @@ class Trace:
             return {}
         tensors = tensors_from_file(self.folder / "calls" / call.file, call.file_digest)
         return tensors.get(WHOLE, tensors)
+
+    def call_inputs(self, call: Call) -> dict[str, torch.Tensor]:
+        """The input tensors of `call` by path, as the call started (keyword ones as it
+        ended)."""
+        return {path: tensors_from_file(self.folder / INPUTS / file, content)["t"]
+                for path, (file, content) in call.tensors_in.items()}
 
     def state(self, name: str) -> torch.Tensor:
         """The parameter or buffer `name`, as first called."""

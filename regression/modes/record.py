@@ -130,7 +130,7 @@ class Recorder:
             return (yield)
         from ..trace import Tracer
 
-        with Tracer(Path(self.job.trace)) as tracer:
+        with Tracer(Path(self.job.trace), test=getattr(item, "obj", None)) as tracer:
             try:
                 return (yield)
             finally:

@@ -59,8 +59,8 @@ def test_a_change_in_a_modules_own_code_names_that_module(tmp_path: Path) -> Non
     text = "\n".join(explanation_lines(found, "t::case", "v1"))
     assert "first module whose inputs are bit-identical and outputs differ: Model.mix (Mix)" \
         in text
-    assert "every submodule it called with the same inputs gave the same outputs: the " \
-           "change is in its own forward code" in text
+    assert "every submodule it called was given the reference's inputs and gave the " \
+           "reference's outputs: the change is in its own forward code" in text
     assert "output: float32[2, 4]: " in text and "ULP distances" in text
     # the table: its inner Linear was given the same inputs and computed the same
     assert "same    same         Model.mix.inner (Linear), call 1" in text
@@ -160,3 +160,197 @@ def test_a_differing_value_that_is_not_a_tensor_is_shown(tmp_path: Path) -> None
                     _traced(tmp_path / "c", Counted(1), after=None))
     assert found.found is not None and found.found.name == "Counted"
     assert [str(d) for d in found.found_differences] == ["output[1]: 3, reference 2"]
+
+
+# Layouts, generators and weights: what real histories do to a trace.
+
+import torch.nn.functional as F  # noqa: E402
+
+
+class Attention(nn.Module):
+    """Self-attention over (N, L, D); `batch_first=False` takes (L, N, D), as open_clip's
+    did before it switched to the fused path."""
+
+    def __init__(self, batch_first: bool, fused: bool) -> None:
+        super().__init__()
+        self.qkv, self.out = nn.Linear(64, 192), nn.Linear(64, 64)
+        self.batch_first, self.fused = batch_first, fused
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.batch_first:
+            x = x.transpose(0, 1).contiguous()
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if self.fused:
+            mixed = F.scaled_dot_product_attention(q, k, v)
+        else:
+            mixed = torch.softmax(q @ k.transpose(-2, -1) / 8, dim=-1) @ v
+        out: torch.Tensor = self.out(mixed)
+        return out if self.batch_first else out.transpose(0, 1).contiguous()
+
+
+class Block(nn.Module):
+    def __init__(self, batch_first: bool, fused: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(64)
+        self.attn = Attention(batch_first, fused)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x + self.attn(self.norm(x))
+        return out
+
+
+class Tower(nn.Module):
+    """Embeds (N, L, 8) to width 64, runs two blocks (in (L, N, D) unless batch-first), and a head."""
+
+    def __init__(self, batch_first: bool = False, fused: bool = False) -> None:
+        super().__init__()
+        self.embed, self.head = nn.Linear(8, 64), nn.Linear(64, 4)
+        self.blocks = nn.Sequential(Block(batch_first, fused), Block(batch_first, fused))
+        self.batch_first = batch_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        h = h if self.batch_first else h.permute(1, 0, 2).contiguous()
+        h = self.blocks(h)
+        h = h if self.batch_first else h.permute(1, 0, 2).contiguous()
+        out: torch.Tensor = self.head(h)
+        return out
+
+
+def _traced_by_path(folder: Path, model: nn.Module, features: bool = False) -> Trace:
+    """`model` traced as a test would call it: named by its path from the local `model`;
+    with `features`, its blocks are called on their own as well."""
+    x = torch.linspace(-1, 1, 2 * 5 * 8).reshape(2, 5, 8)
+    with Tracer(folder, test=_traced_by_path):
+        out = model(x)
+        if features:
+            model.blocks(torch.ones(5, 2, 64))
+    write_outputs(folder, {"out": out})
+    return read_trace(folder)
+
+
+def _tower(seed: int = 0, **settings: bool) -> Tower:
+    torch.manual_seed(seed)
+    return Tower(**settings)
+
+
+def test_a_layout_change_above_a_changed_attention_names_the_attention(tmp_path: Path) -> None:
+    reference = _traced_by_path(tmp_path / "r", _tower())
+    changed = _traced_by_path(tmp_path / "c", _tower(batch_first=True, fused=True))
+    found = explain(reference, changed)
+    assert found.found is not None and found.found.name == "model.blocks.0.attn"
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert ("first module whose inputs hold the reference's values (in another layout) and "
+            "outputs differ: model.blocks.0.attn (Attention), call 1\n"
+            "  its inputs: input[0]: same values, dims permuted (1, 0, 2)\n") in text
+    assert ("  it gave model.blocks.0.attn.out other inputs than at the reference, and the "
+            "submodules it gave the reference's inputs gave the reference's outputs: the change "
+            "is before those calls, in its own forward code") in text
+    assert "  output (against the reference's, dims permuted (1, 0, 2)): float32[2, 5, 64]: " \
+        in text
+    assert "rounding-level" in text
+    assert "layout  DIFF       model.blocks.0 (Block), call 1" in text
+    assert "layout  layout       model.blocks.0.norm (LayerNorm), call 1" in text
+    assert "same    same           model.blocks.0.attn.qkv (Linear), call 1" in text
+    assert "  layout: the reference's values in another layout" in text
+
+
+def _reinitialised(seed: int = 0, parts: tuple[str, ...] = ("qkv",)) -> Tower:
+    """The tower with an init refactor, as timm's: the named parts of each block drawn
+    again, so the generator is left in another state too."""
+    tower = _tower(seed)
+    for block in tower.blocks:
+        for part in parts:
+            nn.init.trunc_normal_(getattr(block.attn, part).weight, std=0.02)
+            nn.init.normal_(getattr(block.attn, part).bias)
+    return tower
+
+
+def test_an_init_change_names_the_weights_and_never_contradicts_itself(tmp_path: Path) -> None:
+    reference = _traced_by_path(tmp_path / "r", _tower(), features=True)
+    found = explain(reference, _traced_by_path(tmp_path / "c", _reinitialised(), features=True))
+    assert len(found.all_states) == 16  # model.blocks, called on its own too, counted once
+    assert [name for name, _ in found.states] == [
+        f"model.blocks.{i}.attn.qkv.{p}" for i in (0, 1) for p in ("weight", "bias")]
+    assert found.found is not None and found.found.name == "model.blocks.0.attn.qkv"
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert ("parameters and buffers of the outermost module (model): 4 of 16 differ, as first "
+            "called: weights initialised or loaded differently\n"
+            "  model.blocks.0.attn.qkv.weight: float32[192, 64]: 12288 of 12288 elements "
+            "differ") in text
+    assert ("the random generators' state differs from the reference's as 25 calls started, "
+            "but they drew no random numbers, so the state is set aside in comparing them"
+            ) in text
+    assert "model.blocks.0.attn.qkv (Linear), call 1\n  its own parameters or buffers differ" \
+        in text
+    assert "code between module calls" not in text
+
+
+def test_many_differing_weights_are_shown_first_few_then_by_module(tmp_path: Path) -> None:
+    reference = _traced_by_path(tmp_path / "r", _tower())
+    found = explain(reference, _traced_by_path(tmp_path / "c", _reinitialised(
+        parts=("qkv", "out"))))
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert "8 of 16 differ, as first called" in text
+    states = text.split("first module")[0]
+    assert states.count(" elements differ") == 1 + 5  # the case's output, then the first five
+    assert "  and 3 more, by module: model.blocks.1 (3)" in text
+
+
+class Pair(nn.Module):
+    """Two weights drawn in the order given."""
+
+    def __init__(self, swap: bool) -> None:
+        super().__init__()
+        first, second = nn.Parameter(torch.randn(4, 4)), nn.Parameter(torch.randn(4, 4))
+        self.a, self.b = (second, first) if swap else (first, second)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.a @ self.b
+
+
+def test_weights_drawn_in_another_order_are_said_to_hold_the_same_values(
+        tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    reference = _traced(tmp_path / "r", Pair(swap=False))
+    torch.manual_seed(0)
+    found = explain(reference, _traced(tmp_path / "c", Pair(swap=True)))
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert ("parameters and buffers of the outermost module (Pair): 2 of 2 differ only in where "
+            "their values are: the reference's values under other names or in another layout"
+            ) in text
+    assert "  Pair.a: the values the reference has as Pair.b\n" in text
+    transposed = Pair(swap=False)
+    with torch.no_grad():
+        transposed.a.data = reference.state("Pair.a").t().contiguous()
+        transposed.b.data = reference.state("Pair.b")
+    found = explain(reference, _traced(tmp_path / "t", transposed))
+    assert [str(d) for _, ds in found.states for d in ds] == [
+        "Pair.a: same values, dims permuted (1, 0)"]
+
+
+class Noisy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.proj(self.drop(x))
+        return out
+
+
+def test_a_call_that_draws_from_a_generator_in_another_state_is_not_blamed(
+        tmp_path: Path) -> None:
+    def traced(folder: Path, extra_draw: bool) -> Trace:
+        torch.manual_seed(0)
+        model = Noisy()
+        if extra_draw:
+            torch.rand(1)  # code before the call draws one more number
+        return _traced(folder, model)
+
+    found = explain(traced(tmp_path / "r", False), traced(tmp_path / "c", True))
+    assert found.found is None and found.generators_drawn == 2  # the dropout and its caller
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert ("2 calls drew random numbers from generators in another state than at the "
+            "reference") in text

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from regression.compare import compare_tensors
-from regression.tensordiff import scan, ulp_distances, value_text
+from regression.tensordiff import aligned, layout, scan, ulp_distances, value_text
 
 FLOATS = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
 
@@ -219,3 +219,34 @@ def test_the_report_keeps_the_per_element_histogram_and_says_how_the_verdict_mea
     scale = [line for line in difference.lines if line.startswith("at the tensor's scale")]
     assert scale == ["at the tensor's scale (RMS 0.866; elements below it measured in ULPs of "
                      "the RMS): at most 0.00191 ULPs; per element up to 1000 ULPs"]
+
+
+def test_layouts_of_the_same_values_are_named() -> None:
+    x = torch.randn(2, 17, 64)
+    assert str(layout(x, x.clone())) == "bit-identical"
+    assert str(layout(x, x.permute(1, 0, 2))) == "same values, dims permuted (1, 0, 2)"
+    assert str(layout(x, x.reshape(34, 64))) == \
+        "same values, reshaped from [2, 17, 64] to [34, 64]"
+    assert str(layout(x, x.transpose(0, 1).reshape(34, 64))) == \
+        "same values, dims permuted (1, 0, 2), then reshaped to [34, 64]"
+    assert str(layout(x.half(), x.half().mT)) == "same values, dims permuted (0, 2, 1)"
+    flags = torch.tensor([[True, True], [False, False]])
+    assert str(layout(flags, flags.T)) == "same values, dims permuted (1, 0)"
+
+
+def test_other_values_or_dtypes_have_no_layout() -> None:
+    x = torch.randn(3, 4)
+    assert layout(x, x.t() + 1e-7) is None
+    assert layout(x, x.flip(0)) is None  # same values, but no permutation of dims maps them
+    assert layout(x, x.double()) is None
+    assert layout(x, x.reshape(-1)[:6]) is None
+
+
+def test_a_tensor_is_aligned_to_anothers_layout_to_compare_values() -> None:
+    x = torch.randn(2, 5, 4)
+    moved, how = aligned(x, x.permute(1, 0, 2) * 2, None) or (None, None)
+    assert moved is not None and torch.equal(moved, x.permute(1, 0, 2))
+    assert how is not None and how.how == "dims permuted (1, 0, 2)"
+    square = torch.randn(3, 3)
+    assert aligned(square, square.t(), None) is None  # two permutations fit: none is guessed
+    assert aligned(square, square.t(), (1, 0)) is not None

@@ -246,3 +246,37 @@ def test_lazy_parameters_are_kept_once_they_exist(tmp_path: Path) -> None:
     assert set(trace.states) == {"Sequential.0.weight", "Sequential.0.bias"}
     assert torch.equal(trace.state("Sequential.0.weight"), model[0].weight.detach())
     assert [c.number for c in trace.calls if c.name == "Sequential"] == [1, 2]
+
+
+def _run_as_a_test(folder: Path) -> None:
+    """Calls as a test body would: the model, then one of its parts on its own."""
+    torch.manual_seed(0)
+    model = Net()
+    with Tracer(folder, test=_run_as_a_test):
+        model(torch.ones(2, 3))
+        model.proj(torch.ones(2, 3))
+        nn.Dropout(0.5).train()(torch.ones(4))  # held by no variable; draws random numbers
+    write_outputs(folder, {})
+
+
+def test_modules_are_named_by_their_path_from_the_tests_variables(tmp_path: Path) -> None:
+    _run_as_a_test(tmp_path)
+    trace = read_trace(tmp_path)
+    assert [(c.name, c.number) for c in trace.calls] == [
+        ("model.proj", 1), ("model.scale", 1), ("model.scale", 2), ("model", 1),
+        ("model.proj", 2), ("Dropout", 1)]
+    # each parameter and buffer once, though model.proj was also called on its own
+    assert sorted(trace.states) == ["model.offset", "model.proj.bias", "model.proj.weight"]
+    assert [c.draws for c in trace.calls] == [False] * 5 + [True]
+
+
+def test_input_tensors_are_kept_once_each_and_read_back(tmp_path: Path) -> None:
+    _run_as_a_test(tmp_path)
+    trace = read_trace(tmp_path)
+    proj, _, second_scale, model = trace.calls[:4]
+    assert proj.tensors_in == model.tensors_in  # the same ones: one file
+    assert torch.equal(trace.call_inputs(proj)["[0]"], torch.ones(2, 3))
+    stored = trace.call_outputs(trace.calls[1])
+    assert isinstance(stored, torch.Tensor)
+    assert torch.equal(trace.call_inputs(second_scale)["[0]"], stored)
+    assert len(list((tmp_path / "inputs").iterdir())) == 4  # ones, two scale inputs, Dropout's
