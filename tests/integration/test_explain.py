@@ -49,10 +49,10 @@ def test_bisect_then_explain_name_the_commit_and_the_attention_of_the_first_bloc
     text = output(done)
     assert done.returncode == 0, text
     assert ("first module whose inputs are bit-identical and outputs differ: "
-            "ViT.blocks.0.attn (Attention), call 1") in text
-    assert "same    DIFF         ViT.blocks.0.attn (Attention), call 1  <- here" in text
-    assert "same    same           ViT.blocks.0.attn.qkv (Linear), call 1" in text
-    assert ("parameters and buffers of the outermost module (ViT): all 32 bit-identical, as "
+            "model.blocks.0.attn (Attention), call 1") in text
+    assert "same    DIFF         model.blocks.0.attn (Attention), call 1  <- here" in text
+    assert "same    same           model.blocks.0.attn.qkv (Linear), call 1" in text
+    assert ("parameters and buffers of the outermost module (model): all 32 bit-identical, as "
             "first called") in text
     assert "outputs: 'forward': float32[2, 10]: 20 of 20 elements differ" in text
     assert zoo.snapshot() == before  # tree, index, HEAD untouched
@@ -71,10 +71,10 @@ def test_explain_names_a_changed_initialisation_as_a_parameter_difference(zoo: R
     text = output(done)
     assert done.returncode == 0, text
     assert f"tracing {CASE} at " in text  # the -k expression matched the one case
-    assert ("parameters and buffers of the outermost module (ViT): 1 of 32 differ, as first "
+    assert ("parameters and buffers of the outermost module (model): 1 of 32 differ, as first "
             "called: weights initialised or loaded differently") in text
-    assert "  ViT.head.bias: float32[10]: 10 of 10 elements differ" in text
-    assert "differ: ViT.head (Linear), call 1\n  its own parameters or buffers differ" in text
+    assert "  model.head.bias: float32[10]: 10 of 10 elements differ" in text
+    assert "differ: model.head (Linear), call 1\n  its own parameters or buffers differ" in text
 
 
 def test_explain_refuses_what_is_not_one_case(zoo: Repo) -> None:
