@@ -244,7 +244,8 @@ def _state_differences(reference: Trace, candidate: Trace
     """Each parameter or buffer that differs, once: the first few with their difference,
     each with where its values were at the reference when they were there under another
     name or layout; and how many are such."""
-    names = {s.digest: name for name, s in reversed(reference.states.items())}
+    names = ({s.digest: name for name, s in reversed(reference.states.items())},
+             {s.digest: name for name, s in reversed(candidate.states.items())})
     changed: list[tuple[str, list[Difference]]] = []
     moved = 0
     for name in dict.fromkeys([*reference.states, *candidate.states]):
@@ -267,16 +268,19 @@ def _state_differences(reference: Trace, candidate: Trace
 
 
 def _values_elsewhere(reference: Trace, candidate: Trace, name: str,
-                      names: dict[str, str]) -> str:
-    """Where the reference had the values the working tree has under `name`: another name,
-    or this name in another layout; "" when nowhere."""
-    after = candidate.states.get(name)
-    if after is None:
-        return ""
-    other = names.get(after.digest)
-    if other is not None and other != name and not _constant(candidate.state(name)):
-        return f"the values the reference has as {other}"
-    if name not in reference.states:
+                      names: tuple[dict[str, str], dict[str, str]]) -> str:
+    """Where the other side has the values one side has under `name`: under another name,
+    or under this name in another layout; "" when nowhere."""
+    before, after = reference.states.get(name), candidate.states.get(name)
+    if after is not None:
+        other = names[0].get(after.digest)
+        if other is not None and other != name and not _constant(candidate.state(name)):
+            return f"the values the reference has as {other}"
+    elif before is not None:
+        other = names[1].get(before.digest)
+        if other is not None and other != name and not _constant(reference.state(name)):
+            return f"only in the reference; the working tree has its values as {other}"
+    if before is None or after is None:
         return ""
     how = layout(reference.state(name), candidate.state(name))
     return str(how) if how is not None else ""

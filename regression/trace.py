@@ -270,17 +270,22 @@ class Tracer:
         return label if self.labels[label] == 1 else f"{label}#{self.labels[label]}"
 
     def _local_path(self, module: torch.nn.Module) -> str:
-        """The shortest path to `module` from a local variable of the running test; "" when
-        the test is unknown or holds it in no variable."""
+        """The shortest path to `module` from a local variable of the running test, else of
+        the functions it is calling (a `build()` helper), nearest the test first; "" when
+        the test is unknown or none holds it."""
+        between = []
         frame = sys._getframe(1)
         while frame is not None and frame.f_code is not self.test_code:
+            if not frame.f_code.co_filename.startswith(_NOT_THE_USERS):
+                between.append(frame)
             frame = frame.f_back  # type: ignore[assignment]
         if frame is None:
             return ""
-        paths = [f"{name}.{inner}" if inner else name
-                 for name, value in frame.f_locals.items() if isinstance(value, torch.nn.Module)
-                 for inner, found in value.named_modules() if found is module]
-        return min(paths, key=len, default="")
+        for caller in [frame, *reversed(between)]:
+            path = _path_from(caller.f_locals, module)
+            if path:
+                return path
+        return ""
 
     def _keep_states(self, root: _Root, module: torch.nn.Module) -> None:
         """Write the parameters and buffers of an outermost module not written yet: all of
@@ -316,6 +321,20 @@ class Tracer:
             if known is not None and known.module() is not None and id(module) in known.names:
                 return known.names[id(module)]
         return f"<{type(module).__qualname__}>"
+
+
+_NOT_THE_USERS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
+"""Where frames are torch's or this package's: their variables name nothing the user knows."""
+
+
+def _path_from(variables: Mapping[str, object], module: torch.nn.Module) -> str:
+    """The shortest path to `module` from one of `variables` (`self` aside: a method's own
+    module says nothing of where the test holds it)."""
+    paths = [f"{name}.{inner}" if inner else name
+             for name, value in variables.items()
+             if name != "self" and isinstance(value, torch.nn.Module)
+             for inner, found in value.named_modules() if found is module]
+    return min(paths, key=len, default="")
 
 
 def _generators() -> str:

@@ -320,6 +320,15 @@ def test_weights_drawn_in_another_order_are_said_to_hold_the_same_values(
             "their values are: the reference's values under other names or in another layout"
             ) in text
     assert "  Pair.a: the values the reference has as Pair.b\n" in text
+    torch.manual_seed(0)
+    renamed = Pair(swap=False)
+    renamed.c = renamed.a
+    del renamed.a
+    renamed.forward = lambda x: x @ renamed.c @ renamed.b * 2  # type: ignore[method-assign]
+    found = explain(reference, _traced(tmp_path / "n", renamed))
+    assert [str(d) for _, ds in found.states for d in ds] == [
+        "Pair.a: only in the reference; the working tree has its values as Pair.c",
+        "Pair.c: the values the reference has as Pair.a"]
     transposed = Pair(swap=False)
     with torch.no_grad():
         transposed.a.data = reference.state("Pair.a").t().contiguous()

@@ -280,3 +280,26 @@ def test_input_tensors_are_kept_once_each_and_read_back(tmp_path: Path) -> None:
     assert isinstance(stored, torch.Tensor)
     assert torch.equal(trace.call_inputs(second_scale)["[0]"], stored)
     assert len(list((tmp_path / "inputs").iterdir())) == 4  # ones, two scale inputs, Dropout's
+
+
+def _build() -> Net:
+    """A helper that builds and calls the model, as a test's `build()` does for lazy
+    modules."""
+    torch.manual_seed(0)
+    built = Net()
+    built(torch.zeros(1, 3))
+    return built
+
+
+def _run_through_a_helper(folder: Path) -> None:
+    with Tracer(folder, test=_run_through_a_helper):
+        model = _build()
+        model(torch.ones(2, 3))
+    write_outputs(folder, {})
+
+
+def test_a_module_first_called_in_a_helper_is_named_by_the_helpers_variable(
+        tmp_path: Path) -> None:
+    _run_through_a_helper(tmp_path)
+    assert [(c.name, c.number) for c in read_trace(tmp_path).calls if c.depth == 0] == [
+        ("built", 1), ("built", 2)]
