@@ -74,24 +74,29 @@ def scan(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHUNK) -> T
     diff = TensorDiff(tuple(reference.shape), reference.numel(), reference.is_floating_point(),
                       reference.dtype)
     offset = 0
-    squares, finite = 0.0, 0
     for ref, new in zip(pieces(reference, chunk), pieces(actual, chunk)):
         where = (_bits(ref) != _bits(new)).nonzero().reshape(-1)
         if where.numel():
             _add(diff, offset, where, ref[where], new[where])
-        if diff.floating:
-            for piece in (ref, new):
-                values = piece.to(torch.float64)
-                values = values[values.isfinite()]
-                squares, finite = squares + float((values * values).sum()), finite + values.numel()
         offset += ref.numel()
     if diff.largest is not None and not diff.floating:  # exact, also beyond 2**53
         largest = diff.largest
         diff.largest_size = float(abs(int(largest.actual.item()) - int(largest.reference.item())))
-    if diff.differing and diff.floating:
-        diff.rms = math.sqrt(squares / finite) if finite else 0.0
+    if diff.differing and diff.floating:  # only then: identical tensors cost one pass
+        diff.rms = _rms(reference, actual, chunk)
         diff.scaled_ulps = _scaled_ulps(reference, actual, diff.rms, chunk)
     return diff
+
+
+def _rms(reference: torch.Tensor, actual: torch.Tensor, chunk: int) -> float:
+    """Root mean square of both tensors' finite elements: their own scale."""
+    squares, finite = 0.0, 0
+    for ref, new in zip(pieces(reference, chunk), pieces(actual, chunk)):
+        for piece in (ref, new):
+            values = piece.to(torch.float64)
+            values = values[values.isfinite()]
+            squares, finite = squares + float((values * values).sum()), finite + values.numel()
+    return math.sqrt(squares / finite) if finite else 0.0
 
 
 def _scaled_ulps(reference: torch.Tensor, actual: torch.Tensor, rms: float, chunk: int
