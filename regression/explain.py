@@ -53,8 +53,8 @@ class Explanation:
     """How many of those hold values the reference had under another name or layout."""
     all_states: list[str] = field(default_factory=list)
     """The names of the parameters and buffers in either trace."""
-    roots: list[str] = field(default_factory=list)
-    """The outermost modules called, by name."""
+    owners: list[str] = field(default_factory=list)
+    """The modules whose parameters and buffers those are, by name."""
     found: Call | None = None
     """The first call whose inputs hold the reference's values and whose outputs differ."""
     found_differences: list[Difference] = field(default_factory=list)
@@ -89,8 +89,8 @@ def explain(reference: Trace, candidate: Trace) -> Explanation:
                          calls=(len(reference.calls), len(candidate.calls)))
     result.states, result.moved = _state_differences(reference, candidate)
     result.all_states = list(dict.fromkeys([*reference.states, *candidate.states]))
-    result.roots = list(dict.fromkeys(call.name for trace in (reference, candidate)
-                                      for call in trace.calls if call.depth == 0))
+    result.owners = list(dict.fromkeys(state.owner for trace in (reference, candidate)
+                                       for state in trace.states.values()))
     verdicts = _Verdicts(reference, candidate)
     here = {call.key for call in candidate.calls}
     result.only_there = [call for call in reference.calls if call.key not in here]
@@ -328,9 +328,9 @@ def _not_found_lines(result: Explanation) -> list[str]:
         return [f"{head}, and the two make different calls (below): the model's structure "
                 "changed"]
     if result.states:
-        return [f"{head}: each call that differs was given other inputs, made with the "
-                "parameters that differ (above), so the calls cannot be compared through "
-                "them: the change is in those weights"]
+        return [f"{head}: each call that differs was given other inputs (made with the "
+                "parameters that differ, above, or by code between module calls), so the "
+                "calls cannot be compared through them: look at those weights first"]
     if result.generators_drawn:
         return [f"{head}; {_calls(result.generators_drawn)} drew random numbers from "
                 "generators in another state than at the reference: code before them drew "
@@ -367,8 +367,7 @@ def _unmatched_lines(title: str, calls: list[Call], most: int = 5) -> list[str]:
 def _state_lines(result: Explanation) -> list[str]:
     if not result.all_states:
         return []
-    roots = [r for r in result.roots if any(n.startswith(f"{r}.") for n in result.all_states)
-             and not any(r.startswith(f"{other}.") for other in result.roots)]
+    roots = [o for o in result.owners if not any(o.startswith(f"{p}.") for p in result.owners)]
     whose = f"of the outermost module{'s' if len(roots) > 1 else ''} ({', '.join(roots)})"
     total, count = len(result.all_states), len(result.states)
     if not result.states:

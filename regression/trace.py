@@ -93,6 +93,8 @@ class State:
     """Its own file, so that reading one reads no other."""
     digest: str
     """The file's content hash: equal hashes, equal dtype, shape and bits."""
+    owner: str = ""
+    """The name of the module whose parameter or buffer it is, as the test holds it."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,9 @@ class _Root:
     lazy: bool = True
     """Whether some of its parameters may not exist yet: until a call finds none lazy, its
     later calls look again; after that they skip the look."""
+    holder: _Root | None = None
+    """The module a variable of the test holds it in, when that is another: its parameters
+    and buffers are the weights, even those no module call uses (`model.pos_embed`)."""
 
 
 class Tracer:
@@ -178,7 +183,10 @@ class Tracer:
             return
         try:
             if not self.stack:
-                self._keep_states(self._root(module) or self._add_root(module), module)
+                root = self._root(module) or self._add_root(module)
+                if root.holder is not None and root.holder.module() is not None:
+                    self._keep_states(root.holder, root.holder.module())  # type: ignore[arg-type]
+                self._keep_states(root, module)
             name = self._name(module)
             self.numbers[name] += 1
             tensors, other, unknown = self._write_inputs(args)
@@ -254,25 +262,36 @@ class Tracer:
         return known if known is not None and known.module() is module else None
 
     def _add_root(self, module: torch.nn.Module) -> _Root:
-        label = self._label(module)
+        """An outermost module seen for the first time, named; the module a variable of the
+        test holds it in, when that is another, named and kept as its holder."""
+        held = self._inside_known(module)
+        holder = None
+        if held is None:
+            variable = self._variable(module)
+            if variable is not None and variable[1] is not module:
+                holder = self._root(variable[1]) or self._register(variable[1], variable[0])
+            held = self._inside_known(module) or (variable[0] if variable else "")
+        root = self._register(module, held or type(module).__qualname__)
+        root.holder = holder
+        return root
+
+    def _register(self, module: torch.nn.Module, label: str) -> _Root:
+        """A module named `label` (made unique with `#2`, `#3`, ...), its submodules under it."""
+        self.labels[label] += 1
+        label = label if self.labels[label] == 1 else f"{label}#{self.labels[label]}"
         names = {id(m): f"{label}.{n}" if n else label for n, m in module.named_modules()}
         root = self.roots[id(module)] = _Root(weakref.ref(module), label, names)
         return root
 
-    def _label(self, module: torch.nn.Module) -> str:
-        """An outermost module's name: its name in an outermost module seen before, else its
-        path from a local variable of the test (`model.visual`), else its class; made
-        unique with `#2`, `#3`, ... ."""
-        inside = [known.names[id(module)] for known in self.roots.values()
-                  if known.module() is not None and id(module) in known.names]
-        label = inside[0] if inside else self._local_path(module) or type(module).__qualname__
-        self.labels[label] += 1
-        return label if self.labels[label] == 1 else f"{label}#{self.labels[label]}"
+    def _inside_known(self, module: torch.nn.Module) -> str | None:
+        """`module`'s name in a module named before (`model.visual.transformer`), if any."""
+        return next((known.names[id(module)] for known in self.roots.values()
+                     if known.module() is not None and id(module) in known.names), None)
 
-    def _local_path(self, module: torch.nn.Module) -> str:
-        """The shortest path to `module` from a local variable of the running test, else of
-        the functions it is calling (a `build()` helper), nearest the test first; "" when
-        the test is unknown or none holds it."""
+    def _variable(self, module: torch.nn.Module) -> tuple[str, torch.nn.Module] | None:
+        """The variable of the running test that holds `module` by the shortest path, else
+        of a function it is calling (a `build()` helper), nearest the test first: its name
+        and its module. None when the test is unknown or none holds it."""
         between = []
         frame = sys._getframe(1)
         while frame is not None and frame.f_code is not self.test_code:
@@ -280,12 +299,12 @@ class Tracer:
                 between.append(frame)
             frame = frame.f_back  # type: ignore[assignment]
         if frame is None:
-            return ""
+            return None
         for caller in [frame, *reversed(between)]:
-            path = _path_from(caller.f_locals, module)
-            if path:
-                return path
-        return ""
+            found = _holding(caller.f_locals, module)
+            if found is not None:
+                return found
+        return None
 
     def _keep_states(self, root: _Root, module: torch.nn.Module) -> None:
         """Write the parameters and buffers of an outermost module not written yet: all of
@@ -310,7 +329,8 @@ class Tracer:
             file, content = save_tensors(self.states_folder, f"{self.stored:06d}",
                                          {"t": stored})
             self.stored += 1
-            self._append(self.states, asdict(State(f"{root.label}.{name}", file, content)))
+            self._append(self.states, asdict(State(f"{root.label}.{name}", file, content,
+                                                   root.label)))
 
     def _name(self, module: torch.nn.Module) -> str:
         """The module's name in the outermost module being called, or in any outermost
@@ -327,14 +347,17 @@ _NOT_THE_USERS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
 """Where frames are torch's or this package's: their variables name nothing the user knows."""
 
 
-def _path_from(variables: Mapping[str, object], module: torch.nn.Module) -> str:
-    """The shortest path to `module` from one of `variables` (`self` aside: a method's own
-    module says nothing of where the test holds it)."""
-    paths = [f"{name}.{inner}" if inner else name
-             for name, value in variables.items()
+def _holding(variables: Mapping[str, object], module: torch.nn.Module
+             ) -> tuple[str, torch.nn.Module] | None:
+    """The variable that holds `module` by the shortest path, `self` aside (a method's own
+    module says nothing of where the test holds it): its name and its module."""
+    found = [(len(inner), name, value) for name, value in variables.items()
              if name != "self" and isinstance(value, torch.nn.Module)
-             for inner, found in value.named_modules() if found is module]
-    return min(paths, key=len, default="")
+             for inner, sub in value.named_modules() if sub is module]
+    if not found:
+        return None
+    _, name, value = min(found, key=lambda item: item[0])
+    return name, value
 
 
 def _generators() -> str:

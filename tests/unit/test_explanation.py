@@ -363,3 +363,37 @@ def test_a_call_that_draws_from_a_generator_in_another_state_is_not_blamed(
     text = "\n".join(explanation_lines(found, "t::case", "v1"))
     assert ("2 calls drew random numbers from generators in another state than at the "
             "reference") in text
+
+
+class Positional(nn.Module):
+    """A weight used by a method outside every module call, as timm's `pos_embed` is in
+    `forward_features` when a test calls that method."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(4) * scale)
+        self.proj = nn.Linear(4, 4)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.proj(x + self.pos)
+        return out
+
+
+def test_weights_used_between_calls_are_named_without_blaming_code(tmp_path: Path) -> None:
+    def traced(folder: Path, scale: float) -> Trace:
+        torch.manual_seed(0)
+        model = Positional(scale)
+        with Tracer(folder, test=traced):
+            out = model.features(torch.ones(2, 4))
+        write_outputs(folder, {"out": out})
+        return read_trace(folder)
+
+    found = explain(traced(tmp_path / "r", 1.0), traced(tmp_path / "c", 0.5))
+    assert found.found is None and [name for name, _ in found.states] == ["model.pos"]
+    assert [c.name for c in found.only_here] == [] and found.calls == (1, 1)  # model.proj
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert ("each call that differs was given other inputs (made with the parameters that "
+            "differ, above, or by code between module calls), so the calls cannot be compared "
+            "through them") in text
+    assert "every module computes" not in text and "each module given the reference's" not in text
+    assert "parameters and buffers of the outermost module (model): 1 of 3 differ" in text
