@@ -406,10 +406,10 @@ def _report_foreign() -> None:
 
 
 def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
+    _filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
     from .bisect import bisect as find_first, bisection_lines, scan, scan_lines
     from .revision import resolve_revision, run_git
 
-    _filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
     settings = _settings()
     at_good = resolve(settings, good)
     bad_sha = resolve_revision(at_good.repo, settings.revision_for(bad))
@@ -440,10 +440,10 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
 
 
 def _explain(case: str, reference: str | None) -> None:
+    _filled(("--case", case), ("--reference", reference), required="--case")
     from .explain import explain as compare_traces, explanation_lines
     from .tracing import pick_case, traced
 
-    _filled(("--case", case), ("--reference", reference), required="--case")
     resolved = resolve(_settings(), reference)
     nodeid = pick_case(resolved, case)
     with scratch_folder("trace") as folder:
