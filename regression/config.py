@@ -188,10 +188,10 @@ def load_settings(path: Path) -> Settings:
 
 def _device_chosen(settings: Settings) -> Settings:
     """`settings` with the device $REGRESSION_DEVICE names, when it names one."""
-    chosen = os.environ.get(DEVICE_ENV, "")
-    if not chosen:
+    chosen = os.environ.get(DEVICE_ENV)
+    if chosen is None:
         return settings
-    if chosen not in DEVICES:
+    if chosen not in DEVICES:  # "" too: an unset variable in CI, not "config.yaml's"
         raise ConfigError(f"${DEVICE_ENV} (or --device)", f"{chosen!r} is not a device: give "
                           f"one of {', '.join(DEVICES)}")
     return replace(settings, device=chosen)

@@ -172,6 +172,17 @@ def test_a_cache_dir_variable_that_names_no_folder_is_refused_with_its_reason(
     assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.parametrize("device", ["", "gpu", "cuda:0"])
+def test_a_device_variable_that_names_no_device_is_refused(
+        inside: Repo, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        device: str) -> None:
+    monkeypatch.setenv("REGRESSION_DEVICE", device)
+    code, err = run_task(capsys, "key")
+    assert code == 2, err
+    assert (f"torch-regression: $REGRESSION_DEVICE (or --device): {device!r} is not a "
+            "device: give one of cpu, cuda") in err
+
+
 def test_step_summary_naming_a_folder_stops_a_real_run_before_it_records(
         subject_repo: Repo, tmp_path: Path) -> None:
     done = subject_repo.invoke("test", env={"GITHUB_STEP_SUMMARY": str(tmp_path)})
