@@ -71,10 +71,9 @@ class Settings:
         A link to the cache folder (to put it on a bigger disk) is resolved here, once.
         """
         chosen = os.environ.get(CACHE_DIR_ENV)
-        if not chosen:
+        if chosen is None:
             return (self.root / self.cache_dir_setting).resolve()
-        folder = (self.root / chosen).resolve()
-        problem = cache_dir_problem(folder, self.root)
+        folder, problem = _chosen_cache_dir(self.root, chosen)
         if problem:
             raise ConfigError(f"${CACHE_DIR_ENV}", f"{chosen!r} {problem}; unset it or name a "
                                                    f"folder of its own, e.g. {DEFAULT_CACHE_DIR}")
@@ -92,6 +91,21 @@ class Settings:
         return self.references.get(reference, reference)
 
 
+def _chosen_cache_dir(root: Path, chosen: str) -> tuple[Path, str]:
+    """$REGRESSION_CACHE_DIR resolved, and why it may not hold the cache ("" if it may):
+    empty (an unset variable in CI), a link that loops or leads nowhere, or as below."""
+    given = root / chosen
+    if not chosen.strip():
+        return given, "is empty (an unset variable in CI?)"
+    try:
+        folder = given.resolve()
+    except (OSError, RuntimeError):  # a loop of links
+        return given, "is a link that leads to itself"
+    if given.is_symlink() and not folder.exists():
+        return folder, f"is a link to {folder}, which does not exist"
+    return folder, cache_dir_problem(folder, root)
+
+
 def cache_dir_problem(folder: Path, root: Path) -> str:
     """Why `folder` (resolved) may not hold the cache of the project at `root`; "" if it may.
 
@@ -100,6 +114,8 @@ def cache_dir_problem(folder: Path, root: Path) -> str:
     own files. One check for config.yaml's `cache_dir` and for $REGRESSION_CACHE_DIR.
     """
     root = root.resolve()
+    if folder.exists() and not folder.is_dir():
+        return "is a file, not a folder"
     if folder in (root, *root.parents):
         return "is the project folder or a folder above it, where the cache would clean up"
     home = _home()
@@ -172,10 +188,10 @@ def load_settings(path: Path) -> Settings:
 
 def _device_chosen(settings: Settings) -> Settings:
     """`settings` with the device $REGRESSION_DEVICE names, when it names one."""
-    chosen = os.environ.get(DEVICE_ENV, "")
-    if not chosen:
+    chosen = os.environ.get(DEVICE_ENV)
+    if chosen is None:
         return settings
-    if chosen not in DEVICES:
+    if chosen not in DEVICES:  # "" too: an unset variable in CI, not "config.yaml's"
         raise ConfigError(f"${DEVICE_ENV} (or --device)", f"{chosen!r} is not a device: give "
                           f"one of {', '.join(DEVICES)}")
     return replace(settings, device=chosen)

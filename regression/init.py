@@ -3,10 +3,14 @@ its own."""
 
 from __future__ import annotations
 
+import json
+import keyword
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+import yaml
 
 from .errors import RegressionError
 from .revision import git_process
@@ -16,6 +20,8 @@ Echo = Callable[[str], None]
 NOT_SUBJECT = frozenset({"tests", "test", "docs", "doc", "examples", "example", "scripts",
                          "benchmarks", "bench", "build", "dist", "tools", "notebooks"})
 STARTER = "tests/regression/test_regression.py"
+MAX_SHARDS = 64
+PYTHON_VERSION = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}(\.[0-9]{1,3})?")
 
 
 @dataclass(frozen=True)
@@ -26,13 +32,19 @@ class Layout:
     packages: tuple[str, ...]
 
 
+def _is_package(folder: Path) -> bool:
+    """A folder that `import NAME` imports as a package of the library."""
+    name = folder.name
+    return folder.is_dir() and (folder / "__init__.py").is_file() and name not in NOT_SUBJECT \
+        and name.isidentifier() and not keyword.iskeyword(name)
+
+
 def find_layout(root: Path) -> Layout:
     """The packages of a flat or `src/` layout: folders with an `__init__.py`."""
     for path in ("src", "."):
         folder = root / path
-        found = tuple(sorted(p.name for p in folder.iterdir() if p.is_dir()
-                             and (p / "__init__.py").is_file() and p.name not in NOT_SUBJECT
-                             and p.name.isidentifier())) if folder.is_dir() else ()
+        found = tuple(sorted(p.name for p in folder.iterdir() if _is_package(p))) \
+            if folder.is_dir() else ()
         if found:
             return Layout(path, found)
     raise RegressionError(f"no Python package found in {root} or {root / 'src'} (a folder "
@@ -51,7 +63,7 @@ def config_text(layout: Layout, reference: str) -> str:
 # torch-regression: see its README, "Configuration".
 reference: {_yaml_string(reference)}   # the revision whose outputs are the reference
 subject:
-  packages: [{", ".join(layout.packages)}]   # imported from a worktree of the reference
+  packages: [{", ".join(_yaml_string(p) for p in layout.packages)}]   # imported from a worktree of the reference
   path: {layout.path}
 tests: [tests/regression]
 determinism:
@@ -61,7 +73,13 @@ determinism:
 
 
 def _yaml_string(text: str) -> str:
-    return f'"{text}"' if re.fullmatch(r"[0-9a-f]{4,40}|[0-9.]+", text) else text
+    """`text` as YAML reads it back: bare where it is plainly a string (v1.2, minilib),
+    quoted and escaped otherwise (a tag may hold quotes or '#'; `on` or 1.10 would be read as
+    another type)."""
+    bare = re.fullmatch(r"[A-Za-z_][\w.-]*", text) is not None
+    if bare and yaml.safe_load(f"- {text}") == [text]:
+        return text
+    return json.dumps(text, ensure_ascii=False)
 
 
 TASKS = "from regression.tasks import ns\n"
@@ -199,15 +217,23 @@ def files(root: Path, shards: int, python: str) -> dict[str, str]:
     }
 
 
+def check_options(shards: int, python: str) -> None:
+    """Refuse values that would go into the workflow as anything but what they say."""
+    if not 1 <= shards <= MAX_SHARDS:
+        raise RegressionError(f"--shards {shards}: give 1 to {MAX_SHARDS} CI runners")
+    if not PYTHON_VERSION.fullmatch(python):
+        raise RegressionError(f"--python {python!r} is not a Python version: digits and dots, "
+                              "e.g. --python 3.11.7, the exact version CI sets up")
+
+
 def init(root: Path, shards: int, python: str, force: bool, echo: Echo) -> list[str]:
     """Write the files into `root` (a git work tree's top), keeping any that exist unless
     `force`; warn about each one git ignores. Returns the paths written."""
+    check_options(shards, python)
     top = git_process(root, "rev-parse", "--show-toplevel")
     if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
         raise RegressionError(f"{root} is not the top of a git work tree; run "
                               "`torch-regression init` in your repository's root folder")
-    if not 1 <= shards <= 64:
-        raise RegressionError(f"--shards {shards}: give 1 to 64 CI runners")
     written, ignored = [], []
     managed = files(root, shards, python)
     for relative, text in managed.items():

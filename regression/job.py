@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import RegressionError, error_data
+from .errors import ConfigError, RegressionError, error_data
 
 JOB_ENV = "REGRESSION_JOB"
 COLLECT = "collect"
@@ -93,4 +94,35 @@ def current_job() -> Job | None:
     path = os.environ.get(JOB_ENV)
     if not path:
         return None
-    return Job(**json.loads(Path(path).read_text(encoding="utf-8")))
+    try:
+        return _checked(json.loads(_read_regular(Path(path))))
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"${JOB_ENV}", f"{path!r} is no job of torch-regression ({exc}). "
+                          "torch-regression sets this variable only for the pytest processes it "
+                          f"starts; unset it (`unset {JOB_ENV}`) and run again") from None
+
+
+def _read_regular(path: Path) -> str:
+    """The text of a regular file, opened without blocking (a pipe would hang the run)."""
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(handle, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise ValueError("not a regular file")
+        return stream.read().decode("utf-8")
+
+
+def _checked(data: object) -> Job:
+    """A job from JSON, each field of its type, the mode one of ours."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    kinds = {f.name: _KINDS[str(f.type)] for f in fields(Job)}
+    for name, value in data.items():
+        if name not in kinds or type(value) is not kinds[name]:
+            raise ValueError(f"field {name!r} is unknown or of the wrong type")
+    job = Job(**data)
+    if job.mode not in (COLLECT, RECORD, CHECK):
+        raise ValueError(f"mode {job.mode!r} is none of {COLLECT}, {RECORD}, {CHECK}")
+    return job
+
+
+_KINDS = {"str": str, "bool": bool, "int": int, "dict[str, str]": dict}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Union
 
 import pytest
 
+from .errors import RegressionError
 from .job import CHECK, RECORD, current_job
 
 if TYPE_CHECKING:  # each mode is imported only in the runs that use it
@@ -36,7 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Register this run's mode plugin before any conftest can import the subject."""
-    job = current_job()
+    try:
+        job = current_job()
+    except RegressionError as exc:
+        raise pytest.UsageError(f"torch-regression: {exc}") from None
     mode: Mode
     if job is None or job.mode == CHECK:
         from .modes.check import Checker

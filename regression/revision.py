@@ -16,6 +16,7 @@ import git
 import xxhash
 
 from .errors import GitError, RevisionError
+from .scratch import pid_alive
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
@@ -263,14 +264,26 @@ def _worktree_parent(repo: git.Repo) -> Path:
     return Path(tempfile.gettempdir()) / "torch-regression-worktrees" / digest
 
 
-def _pid_alive(pid: int) -> bool:
+def _remove_if_empty(*folders: Path) -> None:
+    """Remove each of `folders` that is empty, in order (a folder, then its parent); one
+    that holds anything (another run's worktree) is left as it is."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def _remove_empty_parents(parent: Path) -> None:
+    """Remove the empty worktree folders of any clone: this version's runs remove their own,
+    earlier ones left one per clone (git makes them again when it needs them)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        empty = [f for f in parent.parent.iterdir() if re.fullmatch(r"[0-9a-f]{16}", f.name)]
+    except OSError:
+        return
+    for folder in empty:
+        _remove_if_empty(folder)
+    _remove_if_empty(parent.parent)
 
 
 def prune_stale_worktrees(repo: git.Repo) -> list[Path]:
@@ -284,7 +297,7 @@ def prune_stale_worktrees(repo: git.Repo) -> list[Path]:
     if parent.is_dir():
         for folder in parent.iterdir():
             pid = folder.name.split("-", 1)[0]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
     for folder in removed:
@@ -293,6 +306,7 @@ def prune_stale_worktrees(repo: git.Repo) -> list[Path]:
         git_process(repo, "worktree", "unlock", str(folder))
     if removed:
         run_git(repo, "worktree", "prune")
+    _remove_empty_parents(parent)
     return removed
 
 
@@ -306,6 +320,7 @@ def reference_worktree(repo: git.Repo, sha: str) -> Iterator[Path]:
     done = git_process(repo, "worktree", "add", "--detach", "--quiet", str(folder), sha)
     if done.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)
+        _remove_if_empty(parent, parent.parent)
         raise RevisionError(sha, _checkout_failure(repo, sha, done.stderr.strip()))
     try:
         yield folder
@@ -313,6 +328,7 @@ def reference_worktree(repo: git.Repo, sha: str) -> Iterator[Path]:
         if git_process(repo, "worktree", "remove", "--force", str(folder)).returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
             run_git(repo, "worktree", "prune")
+        _remove_if_empty(parent, parent.parent)
 
 
 _LISTED = 5

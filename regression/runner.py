@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from .errors import CacheError, CacheWriteError, CollectionError, \
     error_from_data
 from .fingerprint import digest
 from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, PROGRESS, RECORD, Job
+from .scratch import scratch_folder
 from .shard import ShardSpec
 from .revision import describe, git_environment, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
     short
@@ -125,7 +125,7 @@ def _pytest(settings: Settings, args: Sequence[str], job: Job | None,
             capture: bool, progress: Echo | None = None) -> subprocess.CompletedProcess[str]:
     """Run pytest in a new process in the root; with `progress`, its output is captured and
     its progress lines go to `progress` as they come."""
-    with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
+    with scratch_folder("job") as folder:
         job_file = None
         if job is not None:
             job_file = Path(folder) / "job.json"
@@ -212,7 +212,7 @@ def _pytest_here(settings: Settings, args: Sequence[str], job: Job) -> int:
     second import of what this one has loaded (GitPython, our package)."""
     import pytest
 
-    with tempfile.TemporaryDirectory(prefix="torch-regression-job-") as folder:
+    with scratch_folder("job") as folder:
         job_file = Path(folder) / "job.json"
         job.save(job_file)
         with _started_as_pytest(settings, job_file):
@@ -243,7 +243,7 @@ def _collected(reference: Reference, subject_root: Path | None,
     """What a collect run writes: every case with its harness digest, the cases `select`
     leaves selected, and the environment's parts."""
     settings = reference.settings
-    with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
+    with scratch_folder("result") as folder:
         job = Job(mode=COLLECT, result=str(Path(folder) / "result.json"),
                   config=str(settings.path), reference=reference.sha,
                   subject_root=str(subject_root or ""))
@@ -434,7 +434,7 @@ def _recording(reference: Reference, job: Job, echo: Echo, working_tree: bool = 
     """Run a record job in a new process: its result, or its error raised here.
     `working_tree`: the job's subject is the working tree's, not the reference's."""
     settings = reference.settings
-    with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
+    with scratch_folder("result") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
         process = _pytest(settings, ["-q", "--no-header", "-rN",
                                      "--continue-on-collection-errors", *settings.tests],
@@ -523,7 +523,7 @@ def run_check(reference: Reference, job: Job, args: Sequence[str],
     data is raised here as the same error.
     """
     settings = reference.settings
-    with tempfile.TemporaryDirectory(prefix="torch-regression-") as folder:
+    with scratch_folder("result") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
         args = [*args, *(paths or settings.tests)]
         if job.subject_root:  # compare: the candidate's subject must be the first one loaded,

@@ -28,7 +28,10 @@ class ShardSpec:
 
 def parse_shard(text: str) -> ShardSpec:
     """'2/4' -> ShardSpec(2, 4); anything else is a ShardError that shows the form."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not text.strip():
+        raise ShardError(f"--shard {text!r} is empty (an unset variable in CI?): give i/n, "
+                         "e.g. --shard 2/4, or leave --shard out to run every case")
+    match = re.fullmatch(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*", text)
     if not match:
         raise ShardError(f"--shard {text!r} is not of the form i/n, e.g. --shard 2/4")
     index, count = int(match.group(1)), int(match.group(2))

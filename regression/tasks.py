@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import tempfile
+import re
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -15,16 +15,17 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from .config import DEVICE_ENV, DEVICES, MAX_REPEAT, Settings, find_config, load_settings
-from . import inventory
+from . import github, inventory
 from .errors import RegressionError
 from .durations import read_durations
 from .fingerprint import device_details
 from .job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from .report import generation_lines
+from .scratch import scratch_folder
 from .selection import Selection, selection, unknown_cases
 from .runner import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
     collect, resolve, run_check, select_shard
-from .shard import ShardSpec, assign, parse_shard
+from .shard import MAX_SHARDS, ShardSpec, assign, parse_shard
 from .shard import table as shard_table
 
 T = TypeVar("T")
@@ -65,22 +66,54 @@ WORKERS_HELP = ("run in N pytest-xdist processes (recording too); 1: one process
                 "addopts says; left out: as addopts says, recording in one process")
 
 
+MAX_WORKERS = 1024
+
+
+def _number(flag: str, text: str | None, high: int, what: str) -> int | None:
+    """A whole-number flag from 1 to `high`, checked here (invoke's own int flags end in a
+    traceback on `abc`); None when it was left out."""
+    if text is None:
+        return None
+    if not re.fullmatch(r"\s*[0-9]+\s*", text) or not 1 <= int(text) <= high:
+        raise RegressionError(f"{flag} {text!r}: {what} is a whole number from 1 to {high}, "
+                              f"e.g. {flag} 2")
+    return int(text)
+
+
+def _filled(*flags: tuple[str, str | list[str] | None], required: str = "") -> None:
+    """Refuse a flag given as '': in CI that is an unset variable, which would otherwise
+    quietly mean "left out" (every case, the default reference). `required`: the flag that
+    cannot be left out."""
+    for flag, value in flags:
+        values = value if isinstance(value, list) else [value]
+        if any(v is not None and not v.strip() for v in values):
+            instead = "" if flag == required else f", or leave {flag} out"
+            raise RegressionError(f"{flag} '' is empty (an unset variable in CI?): give a "
+                                  f"value{instead}")
+
+
+def _shard(text: str | None) -> ShardSpec | None:
+    """The --shard flag, checked; None when it was left out (an empty one is refused)."""
+    return None if text is None else parse_shard(text)
+
+
 def _suite(reference: str | None, shard_spec: str | None) -> Suite:
-    spec = parse_shard(shard_spec) if shard_spec else None
+    spec = _shard(shard_spec)
     return select_shard(collect(resolve(_settings(), reference)), spec)
 
 
-def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: int,
-         chosen: tuple[str | None, list[str] | None], repeat: int) -> None:
+def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: str | None,
+         chosen: tuple[str | None, list[str] | None], repeat_text: str | None) -> None:
+    _filled(("--reference", reference), ("-k", chosen[0]), ("--case", chosen[1]))
+    spec = _shard(shard_spec)
+    count = _workers(workers)
+    repeat = _number("--repeat", repeat_text, MAX_REPEAT,
+                     "the number of recordings of each case (2 finds nondeterministic ones)")
     resolved = resolve(_settings(), reference)
-    spec = parse_shard(shard_spec) if shard_spec else None
     picked = selection(*chosen, resolved.settings.root, shard_spec)
-    if not 0 <= repeat <= MAX_REPEAT:
-        raise RegressionError(f"--repeat {repeat}: record each case 1 to {MAX_REPEAT} times "
-                              "(2 finds nondeterministic cases)")
     repeat = repeat or resolved.settings.determinism.repeat
     job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
-                    workers=_workers(workers), selection=picked.describe(), repeat=repeat)
+                    workers=count, selection=picked.describe(), repeat=repeat)
     code, result = run_check(resolved, job, picked.pytest_args(), picked.cases)
     _require_known_cases(resolved, picked, code)
     if result is None or code:
@@ -105,17 +138,17 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: in
                       "(default: config.yaml's determinism.repeat, 1)"},
       iterable=["case"])
 def gen(c: Context, reference: str | None = None, shard: str | None = None,
-        force: bool = False, workers: int = 0, k: str | None = None,
-        case: list[str] | None = None, repeat: int = 0, device: str | None = None) -> None:
+        force: bool = False, workers: str | None = None, k: str | None = None,
+        case: list[str] | None = None, repeat: str | None = None,
+        device: str | None = None) -> None:
     """Generate the reference outputs, or reuse them when the cache holds valid ones."""
     _translate(lambda: _gen(reference, shard, force, workers, (k, case), repeat), device)
 
 
-def _workers(count: int) -> int:
+def _workers(text: str | None) -> int:
     """A --workers count, checked: pytest-xdist must be installed for more than one.
     0 means left out."""
-    if count < 0:
-        raise RegressionError(f"--workers {count}: give a number of processes, 1 or more")
+    count = _number("--workers", text, MAX_WORKERS, "the number of pytest-xdist processes") or 0
     if count > 1 and importlib.util.find_spec("xdist") is None:
         raise RegressionError("--workers needs pytest-xdist; install it with "
                               "pip install 'torch-regression[xdist]'")
@@ -139,8 +172,8 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
     args = [*_xdist_option(workers), *picked.pytest_args()]
     if strict:
         args.append("--regression-strict")
-    if junitxml:
-        args.append(f"--junitxml={Path(junitxml).resolve()}")
+    if junitxml is not None:
+        args.append(f"--junitxml={_junit_path(junitxml)}")
     if store_durations:
         args.append(f"--regression-durations={resolved.settings.durations_file}")
     job = check_job(resolved, shard=spec, subject_root=subject_root,
@@ -168,6 +201,23 @@ def _require_known_cases(resolved: Reference, picked: Selection, code: int) -> N
             raise error
 
 
+def _junit_path(text: str) -> Path:
+    """Where --junitxml writes, checked before the run, whose end is too late to say it:
+    a file, in a folder that exists or that pytest can make."""
+    path = Path(text).resolve()
+    if path.is_dir():
+        raise RegressionError(f"--junitxml {text}: that is a folder; name a file in it, e.g. "
+                              f"--junitxml {Path(text) / 'regression.xml'}")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        why = "is not a folder" if not folder.is_dir() else "cannot be written"
+        raise RegressionError(f"--junitxml {text}: {folder} {why}, so the report cannot be "
+                              "written there; name a file in a folder you can write")
+    return path
+
+
 def _exit_with(code: int) -> None:
     if code:
         raise Exit(code=code)
@@ -187,15 +237,17 @@ def _exit_with(code: int) -> None:
 }, iterable=["case"])
 def test(c: Context, reference: str | None = None, shard: str | None = None,
          strict: bool = False, junitxml: str | None = None, no_gen: bool = False,
-         store_durations: bool = False, workers: int = 0, k: str | None = None,
+         store_durations: bool = False, workers: str | None = None, k: str | None = None,
          case: list[str] | None = None, device: str | None = None) -> None:
     """Generate what is missing, then check the working tree against the reference."""
     def work() -> int:
-        spec = parse_shard(shard) if shard else None
+        _filled(("--reference", reference), ("--junitxml", junitxml), ("-k", k),
+                ("--case", case))
+        spec, count = _shard(shard), _workers(workers)
         resolved = resolve(_settings(), reference)
         picked = selection(k, case, resolved.settings.root, shard)
         code = _check(resolved, spec, no_gen, strict, junitxml, store_durations,
-                      workers=_workers(workers), picked=picked)
+                      workers=count, picked=picked)
         _require_known_cases(resolved, picked, code)
         return code
     _exit_with(_translate(work, device))
@@ -203,7 +255,9 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
 
 def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
              junitxml: str | None) -> int:
-    spec = parse_shard(shard_spec) if shard_spec else None
+    _filled(("--candidate", candidate), ("--reference", reference), ("--junitxml", junitxml),
+            required="--candidate")
+    spec = _shard(shard_spec)
     settings = _settings()
     resolved = resolve(settings, reference)
     with candidate_checkout(settings, candidate) as subject_root:
@@ -229,6 +283,9 @@ def compare(c: Context, candidate: str, reference: str | None = None, shard: str
 
 def _key(reference: str | None, shard_spec: str | None, explain: bool,
          github_output: bool) -> None:
+    _filled(("--reference", reference))
+    if github_output:
+        _append_github_output("key", None)  # checked before the collection, not after
     suite = _suite(reference, shard_spec)
     if explain:
         for name, value in suite.entry.parts.items():
@@ -245,13 +302,12 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
     print(line)
 
 
-def _append_github_output(name: str, value: str) -> None:
-    path = os.environ.get("GITHUB_OUTPUT")
-    if not path:
+def _append_github_output(name: str, value: str | None) -> None:
+    """Append `name=value` to $GITHUB_OUTPUT; with no value, only prove that it can be."""
+    if not os.environ.get(github.OUTPUT):
         raise RegressionError("--github-output needs $GITHUB_OUTPUT, which GitHub Actions sets "
                               "in every step; outside Actions leave the flag off")
-    with open(path, "a", encoding="utf-8") as stream:
-        stream.write(f"{name}={value}\n")
+    github.append(github.OUTPUT, "" if value is None else f"{name}={value}\n")
 
 
 @task(help={
@@ -267,9 +323,8 @@ def key(c: Context, reference: str | None = None, shard: str | None = None,
     _translate(lambda: _key(reference, shard, explain, github_output), device)
 
 
-def _shards(count: int, list_cases: bool) -> None:
-    if count < 1:
-        raise RegressionError(f"--count {count}: there must be at least one shard")
+def _shards(count_text: str | None, list_cases: bool) -> None:
+    count = _number("--count", count_text, MAX_SHARDS, "the number of shards") or 4
     settings = _settings()
     suite = collect(resolve(settings, None))
     durations = read_durations(settings.durations_file)
@@ -288,7 +343,7 @@ def _shards(count: int, list_cases: bool) -> None:
 
 @task(help={"count": "number of shards (default 4)",
             "list": "also list the cases of each shard"})
-def shards(c: Context, count: int = 4, list_: bool = False) -> None:
+def shards(c: Context, count: str | None = None, list_: bool = False) -> None:
     """Print how the cases split into shards: shard, cases, estimated seconds."""
     _translate(lambda: _shards(count, list_))
 
@@ -328,8 +383,8 @@ def prune(c: Context, max_size: str | None = None, older_than: str | None = None
         if max_size is None and older_than is None:
             raise RegressionError("say what to prune: --max-size SIZE and/or --older-than AGE")
         return inventory.prune(_cache_dir(),
-                               inventory.parse_size(max_size) if max_size else None,
-                               inventory.parse_age(older_than) if older_than else None)
+                               None if max_size is None else inventory.parse_size(max_size),
+                               None if older_than is None else inventory.parse_age(older_than))
     removed = _translate(work)
     for info in removed:
         print(f"removed {info.directory} ({inventory.human_size(info.size)})")
@@ -351,6 +406,7 @@ def _report_foreign() -> None:
 
 
 def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
+    _filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
     from .bisect import bisect as find_first, bisection_lines, scan, scan_lines
     from .revision import resolve_revision, run_git
 
@@ -384,13 +440,14 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
 
 
 def _explain(case: str, reference: str | None) -> None:
+    _filled(("--case", case), ("--reference", reference), required="--case")
     from .explain import explain as compare_traces, explanation_lines
     from .tracing import pick_case, traced
 
     resolved = resolve(_settings(), reference)
     nodeid = pick_case(resolved, case)
-    with tempfile.TemporaryDirectory(prefix="torch-regression-trace-") as folder:
-        at_reference, here = traced(resolved, nodeid, Path(folder), print)
+    with scratch_folder("trace") as folder:
+        at_reference, here = traced(resolved, nodeid, folder, print)
         for line in explanation_lines(compare_traces(at_reference, here), nodeid,
                                       resolved.label):
             print(line)

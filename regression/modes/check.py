@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Generator, NoReturn
 
 import pytest
 
+from .. import github
 from ..errors import RegressionError, StoreError
 from ..job import GEN_ONLY, Job
 from ..report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
@@ -69,6 +70,9 @@ class Checker:
             return
         from .. import determinism
         from ..importer import install_redirect
+
+        if not self.gen_only:
+            self._require_step_summary()
 
         settings = self._settings()
         try:
@@ -471,12 +475,22 @@ class Checker:
         lines = summary_lines(label, self.outcomes.values()) if self.outcomes else []
         return [*lines, *(f"ERROR {error}" for error in self.finish_errors)]
 
+    def _require_step_summary(self) -> None:
+        """Refuse a $GITHUB_STEP_SUMMARY that cannot be written before anything runs: at the
+        end of the run it could only be reported."""
+        if os.environ.get(github.STEP_SUMMARY):
+            try:
+                github.append(github.STEP_SUMMARY, "")
+            except RegressionError as exc:
+                self._refuse(exc)
+
     def write_step_summary(self) -> None:
-        path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if path and self.outcomes:
-            with open(path, "a", encoding="utf-8") as stream:
-                stream.write(markdown_summary(self.label or self.worker_label,
-                                              self.outcomes.values()))
+        if os.environ.get(github.STEP_SUMMARY) and self.outcomes:
+            try:
+                github.append(github.STEP_SUMMARY, markdown_summary(
+                    self.label or self.worker_label, self.outcomes.values()))
+            except RegressionError as exc:
+                self.finish_errors.append(f"the step summary was not written: {exc}")
 
 
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")

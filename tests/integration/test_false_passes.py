@@ -143,7 +143,7 @@ def test_subject_from_elsewhere_fails_the_run_also_with_workers(subject_repo: Re
     copy = tmp_path / "copy"
     shutil.copytree(subject_repo.path / "subj", copy / "subj")
     subject_repo.write("tests/conftest.py", f"import sys\n\nsys.path.insert(0, {str(copy)!r})\n")
-    for workers in ("0", "2"):
+    for workers in ("1", "2"):
         done = subject_repo.invoke("test", "--workers", workers)
         assert done.returncode == 3, (workers, output(done))
         assert "subject modules were imported from outside" in output(done)
