@@ -28,11 +28,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     init.add_argument("--python", default=platform.python_version(),
                       help="the exact Python version CI sets up (default: this one's, "
                            f"{platform.python_version()})")
+    init.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                      help="where CI runs the cases: cuda writes device: cuda and a workflow "
+                           "for a self-hosted GPU runner that installs the CUDA torch build")
+    init.add_argument("--runner", default="",
+                      help="the runner labels CI uses, comma-separated (default: ubuntu-latest,"
+                           " or self-hosted,gpu with --device cuda)")
     options = parser.parse_args(argv)
-    from .init import init as write_files
+    from .init import Options, init as write_files
 
+    chosen = Options(options.shards, options.python, options.device, options.runner)
     try:
-        write_files(Path.cwd(), options.shards, options.python, options.force, print)
+        write_files(Path.cwd(), chosen, options.force, print)
     except RegressionError as exc:
         print(f"torch-regression: {exc}", file=sys.stderr)
         return 2

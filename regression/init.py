@@ -58,7 +58,9 @@ def newest_tag(root: Path) -> str:
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "HEAD"
 
 
-def config_text(layout: Layout, reference: str) -> str:
+def config_text(layout: Layout, reference: str, device: str = "cpu") -> str:
+    device = "device: cuda   # where the cases run; the key names the GPU\n" \
+        if device == "cuda" else ""
     return f"""\
 # torch-regression: see its README, "Configuration".
 reference: {_yaml_string(reference)}   # the revision whose outputs are the reference
@@ -69,7 +71,7 @@ tests: [tests/regression]
 determinism:
   seed: 0
   threads: 1
-"""
+{device}"""
 
 
 def _yaml_string(text: str) -> str:
@@ -107,7 +109,7 @@ def build(name: str) -> torch.nn.Module:
 
 
 def example_input(name: str, regression) -> torch.Tensor:
-    """An input for the model, drawn from the case's own generator."""
+    """An input for the model, drawn from the case's own generator (on its device)."""
     return regression.randn(2, 3, 32, 32)
 
 
@@ -124,14 +126,14 @@ def test_initial_weights(name, regression):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_forward_no_grad(name, regression):
-    model = build(name).eval()
+    model = build(name).to(regression.device).eval()  # cpu, or config.yaml's device
     with torch.no_grad():  # PyTorch takes other kernels here than with autograd on
         regression.check(model(example_input(name, regression)), name="out")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_forward_with_autograd(name, regression):
-    model = build(name).eval()
+    model = build(name).to(regression.device).eval()
     regression.check(model(example_input(name, regression)).detach(), name="out")
 '''
 
@@ -151,7 +153,7 @@ permissions:
 jobs:
   regression:
     name: regression shard ${{{{ matrix.shard }}}}/{shards}
-    runs-on: ubuntu-latest
+    runs-on: {runs_on}
     timeout-minutes: 30
     strategy:
       fail-fast: false
@@ -173,7 +175,7 @@ jobs:
       - name: Install
         run: |
           python -m venv .venv
-          .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
+          {install_torch}
           .venv/bin/pip install -e . "$TORCH_REGRESSION"
       - name: Cache key
         id: key
@@ -204,38 +206,85 @@ jobs:
 '''
 
 
-def files(root: Path, shards: int, python: str) -> dict[str, str]:
+INSTALL_TORCH = {
+    "cpu": ".venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu",
+    "cuda": ".venv/bin/pip install torch  # PyPI's Linux wheel: the CUDA build",
+}
+RUNNERS = {"cpu": "ubuntu-latest", "cuda": "self-hosted, gpu"}
+"""Default runner labels: GitHub's hosted runners have no GPU, so a cuda workflow runs on
+a self-hosted runner labelled gpu (--runner names others)."""
+GITHUB_LABELS = frozenset({"self-hosted", "linux", "x64", "arm64", "ubuntu-latest",
+                           "ubuntu-24.04", "ubuntu-22.04"})
+"""Labels actionlint knows; any other a workflow names is declared in ACTIONLINT."""
+ACTIONLINT = ".github/actionlint.yaml"
+ACTIONLINT_CONFIG = """\
+# The labels of this repository's self-hosted runners, for actionlint (rhysd/actionlint).
+self-hosted-runner:
+  labels: [{labels}]
+"""
+RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What init writes, beyond what it finds in the repository."""
+
+    shards: int = 4
+    python: str = "3.11.7"
+    device: str = "cpu"
+    runner: str = ""
+    """Comma-separated runner labels; "" for the device's default."""
+
+    def runner_labels(self) -> list[str]:
+        return [label.strip() for label in (self.runner or RUNNERS[self.device]).split(",")]
+
+
+def files(root: Path, options: Options) -> dict[str, str]:
     """The files init writes, by path relative to `root`."""
     layout = find_layout(root)
+    labels = options.runner_labels()
+    runs_on = labels[0] if len(labels) == 1 else f"[{', '.join(labels)}]"
+    custom = [label for label in labels if label not in GITHUB_LABELS]
+    linted = {ACTIONLINT: ACTIONLINT_CONFIG.format(labels=", ".join(custom))} if custom else {}
     return {
-        "config.yaml": config_text(layout, newest_tag(root)),
+        **linted,
+        "config.yaml": config_text(layout, newest_tag(root), options.device),
         "tasks.py": TASKS,
         STARTER: STARTER_TEST.format(package=layout.packages[0]),
         ".github/workflows/regression.yml": WORKFLOW.format(
-            shards=shards, shard_list=", ".join(str(i) for i in range(1, shards + 1)),
-            python=python),
+            shards=options.shards,
+            shard_list=", ".join(str(i) for i in range(1, options.shards + 1)),
+            python=options.python, runs_on=runs_on,
+            install_torch=INSTALL_TORCH[options.device]),
     }
 
 
-def check_options(shards: int, python: str) -> None:
+def check_options(options: Options) -> None:
     """Refuse values that would go into the workflow as anything but what they say."""
-    if not 1 <= shards <= MAX_SHARDS:
-        raise RegressionError(f"--shards {shards}: give 1 to {MAX_SHARDS} CI runners")
-    if not PYTHON_VERSION.fullmatch(python):
-        raise RegressionError(f"--python {python!r} is not a Python version: digits and dots, "
-                              "e.g. --python 3.11.7, the exact version CI sets up")
+    if not 1 <= options.shards <= MAX_SHARDS:
+        raise RegressionError(f"--shards {options.shards}: give 1 to {MAX_SHARDS} CI runners")
+    if not PYTHON_VERSION.fullmatch(options.python):
+        raise RegressionError(f"--python {options.python!r} is not a Python version: digits "
+                              "and dots, e.g. --python 3.11.7, the exact version CI sets up")
+    if options.device not in INSTALL_TORCH:
+        raise RegressionError(f"--device {options.device!r}: give cpu or cuda")
+    bad = [label for label in options.runner_labels() if not RUNNER_LABEL.fullmatch(label)]
+    if bad:
+        raise RegressionError(f"--runner {options.runner!r}: {bad[0]!r} is not a runner label; "
+                              "give labels of letters, digits, '.', '_' and '-', separated by "
+                              "commas, e.g. --runner self-hosted,gpu")
 
 
-def init(root: Path, shards: int, python: str, force: bool, echo: Echo) -> list[str]:
+def init(root: Path, options: Options, force: bool, echo: Echo) -> list[str]:
     """Write the files into `root` (a git work tree's top), keeping any that exist unless
     `force`; warn about each one git ignores. Returns the paths written."""
-    check_options(shards, python)
+    check_options(options)
     top = git_process(root, "rev-parse", "--show-toplevel")
     if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
         raise RegressionError(f"{root} is not the top of a git work tree; run "
                               "`torch-regression init` in your repository's root folder")
     written, ignored = [], []
-    managed = files(root, shards, python)
+    managed = files(root, options)
     for relative, text in managed.items():
         target = root / relative
         if target.exists() and not force:
@@ -255,6 +304,9 @@ def init(root: Path, shards: int, python: str, force: bool, echo: Echo) -> list[
     echo("  2. invoke test          # records the reference, then checks your working tree")
     echo("  3. in .github/workflows/regression.yml, set TORCH_REGRESSION to where CI installs "
          "torch-regression from (a wheel's URL or a git URL), then commit and push:")
+    if options.device == "cuda":
+        echo(f"     CI runs on runners labelled {', '.join(options.runner_labels())}: register "
+             "one that has a GPU and its driver (GitHub's hosted runners have none)")
     add = " ".join(p for p in managed if p not in ignored)
     forced = f" && git add -f {' '.join(ignored)}" if ignored else ""
     echo(f"     git add {add}{forced} && git commit -m 'Regression tests'")

@@ -145,3 +145,81 @@ def test_real_command_refuses_an_injected_version_without_a_traceback(tmp_path: 
     assert "--python '3.11.7\"\\n  evil: \"1' is not a Python version" in done.stderr
     assert "Traceback" not in output(done)
     assert not (repo.path / WORKFLOW).exists()
+
+
+def _lint(repo: Repo) -> None:
+    """actionlint and zizmor on the generated workflow, with init's actionlint.yaml."""
+    folder = Path(sys.executable).parent
+    for command in ([str(folder / "actionlint"), WORKFLOW],
+                    [str(folder / "zizmor"), "--offline", WORKFLOW]):
+        checked = subprocess.run(command, cwd=repo.path, capture_output=True, text=True,
+                                 check=False)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_device_cuda_writes_a_gpu_workflow_for_a_self_hosted_runner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _library(tmp_path)
+    code, out, err = _init(repo, monkeypatch, capsys, "--device", "cuda")
+    assert code == 0, out + err
+    job = yaml.safe_load((repo.path / WORKFLOW).read_text())["jobs"]["regression"]
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    install = next(s["run"] for s in job["steps"] if s.get("name") == "Install")
+    assert ".venv/bin/pip install torch  # PyPI's Linux wheel: the CUDA build" in install
+    assert "whl/cpu" not in install
+    assert load_settings(repo.path / "config.yaml").device == "cuda"
+    assert "runners labelled self-hosted, gpu: register one that has a GPU" in out
+    assert yaml.safe_load((repo.path / ".github/actionlint.yaml").read_text()) == {
+        "self-hosted-runner": {"labels": ["gpu"]}}
+    _lint(repo)
+
+
+def test_runner_labels_are_written_as_given_and_declared_for_actionlint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _library(tmp_path)
+    code, out, err = _init(repo, monkeypatch, capsys, "--device", "cuda", "--runner",
+                           "self-hosted, linux, a100-80gb")
+    assert code == 0, out + err
+    job = yaml.safe_load((repo.path / WORKFLOW).read_text())["jobs"]["regression"]
+    assert job["runs-on"] == ["self-hosted", "linux", "a100-80gb"]
+    assert "a100-80gb" in (repo.path / ".github/actionlint.yaml").read_text()
+    _lint(repo)
+
+
+def test_a_cpu_workflow_on_github_s_runners_needs_no_actionlint_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _library(tmp_path)
+    assert _init(repo, monkeypatch, capsys)[0] == 0
+    job = yaml.safe_load((repo.path / WORKFLOW).read_text())["jobs"]["regression"]
+    assert job["runs-on"] == "ubuntu-latest"
+    assert not (repo.path / ".github/actionlint.yaml").exists()
+    assert "device" not in yaml.safe_load((repo.path / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize("runner", ['gpu"', "gpu\n  evil: 1", "${{ inputs.x }}", "gpu,", "",
+                                    "-gpu", "gpu #x"])
+def test_a_runner_label_that_is_not_a_plain_label_is_refused_and_nothing_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        runner: str) -> None:
+    repo = _library(tmp_path)
+    code, out, err = _init(repo, monkeypatch, capsys, "--device", "cuda", f"--runner={runner}")
+    if runner == "":  # empty: the device's default labels
+        assert code == 0, out + err
+        return
+    assert code == 2, out + err
+    assert err.startswith(f"torch-regression: --runner {runner!r}: ")
+    assert "is not a runner label; give labels of letters, digits" in err
+    assert not (repo.path / WORKFLOW).exists()
+
+
+def test_an_unknown_device_is_refused_by_the_parser(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _library(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        _init(repo, monkeypatch, capsys, "--device", "tpu")
+    assert stopped.value.code == 2
+    assert "argument --device: invalid choice: 'tpu'" in capsys.readouterr().err
