@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ LAST_USED = "last-used"
 CASES = "cases"
 FORMAT = int(FORMAT_VERSION)
 GITIGNORE = b"# Created by torch-regression.\n*\n"
+_NO_FOLLOW_OR_BLOCK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 _FIXES = {
     NoSpaceError: "free space (`invoke cache.prune --max-size 2G` removes the least recently "
                   "used entries) or point REGRESSION_CACHE_DIR at a bigger disk",
@@ -115,6 +117,57 @@ def remove_folder(directory: Path) -> None:
         raise write_error(directory, exc, "remove") from None
 
 
+_LEFTOVER_NAMES = re.compile(r"last-used|\.entry\.json\.[a-z0-9_]+\.tmp")
+_CASE_NAMES = re.compile(r"[0-9a-f]{16}\.(?:json|[0-9a-f]{16}\.safetensors)"
+                         r"|\.[0-9a-f]{16}(?:\.json)?\.[a-z0-9_]+\.tmp")
+"""What the cache writes in an entry besides its identity file (temporary files included)."""
+
+
+def stranger(directory: Path) -> str:
+    """What in `directory` proves it is not a leftover of the cache ("" when nothing does).
+
+    A removal unlinks the identity file first, and a creation writes it first into the new
+    folder, so one cut short (kill -9) leaves a folder without entry.json that holds only
+    regular files named as the cache names them: last-used, cases/, and in it case records,
+    tensor files and their temporary files. Anything else, or an identity file, and the
+    folder is not provably a leftover: prune and clear leave it alone.
+    """
+    if directory.is_symlink() or not directory.is_dir():
+        return f"{directory} itself, which is not a folder"
+    if os.path.lexists(directory / ENTRY_FILE):
+        return f"{ENTRY_FILE}, its identity file"
+    try:
+        return _first_stranger(directory)
+    except OSError as exc:
+        return f"what cannot be listed ({exc.strerror or exc})"
+
+
+def _first_stranger(directory: Path) -> str:
+    """The first thing in an entry folder that the cache never writes, in words; "" if none."""
+    for path in sorted(directory.iterdir()):
+        if path.name == CASES and not path.is_symlink() and path.is_dir():
+            inside = (p for p in sorted(path.iterdir())
+                      if not (_CASE_NAMES.fullmatch(p.name) and _is_plain_file(p)))
+            found = next(inside, None)
+        else:
+            found = None if _LEFTOVER_NAMES.fullmatch(path.name) and _is_plain_file(path) \
+                else path
+        if found is not None:
+            return f"{found.relative_to(directory)} ({_kind(found)})"
+    return ""
+
+
+def _is_plain_file(path: Path) -> bool:
+    return stat.S_ISREG(path.lstat().st_mode)
+
+
+def _kind(path: Path) -> str:
+    """What a path is, in words, without following a link."""
+    mode = path.lstat().st_mode
+    kinds = {stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder", stat.S_ISREG: "a file"}
+    return next((kind for test, kind in kinds.items() if test(mode)), "a special file")
+
+
 class EntryLock:
     """The file lock of one entry; freed if its holder dies. Taking it needs write access."""
 
@@ -186,8 +239,12 @@ class Entry:
         try:
             if path.is_symlink():
                 path.unlink()
-            handle = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            elif os.path.lexists(path) and not path.is_file():
+                return False  # a FIFO, device or folder put there: never opened
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | _NO_FOLLOW_OR_BLOCK, 0o666)
             try:
+                if not stat.S_ISREG(os.fstat(handle).st_mode):
+                    return False  # swapped in since: neither waited for nor touched
                 os.utime(handle if os.utime in os.supports_fd else path)
             finally:
                 os.close(handle)
@@ -197,8 +254,8 @@ class Entry:
 
     def last_used(self) -> float:
         for name in (LAST_USED, ENTRY_FILE):
-            if (self.directory / name).exists():
-                return (self.directory / name).stat().st_mtime
+            with suppress(OSError):
+                return (self.directory / name).lstat().st_mtime  # a link's own, never its target's
         return 0.0
 
     def stored_cases(self) -> list[Path]:
@@ -306,7 +363,7 @@ class Entry:
         """A case's record, checked to decode fully, and the tensor names its values use;
         None when absent, StoreError when untrusted."""
         path = self.case_path(nodeid)
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
         body = load_verified(path)
         if body.get("nodeid") != nodeid or body.get("environment") != self.key:

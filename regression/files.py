@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+from . import strictjson
 from .errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from .fingerprint import content_hasher, digest
+from .nodes import MAX_DEPTH
 from .tensorfile import LENGTH_BYTES, header_length, parse_header
 
 _HEADER = b"torch-regression "
+MAX_RECORD = 256 << 20
+"""Bytes of a verified JSON file: structure and scalars only (tensors have their own files)."""
+RECORD_DEPTH = 3 * MAX_DEPTH + 8
+"""JSON levels of a record: a stored value nests at most 3 per level, the record itself 3."""
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
@@ -31,6 +44,9 @@ def write_error(path: Path, exc: OSError, action: str = "write") -> CacheWriteEr
                                         f"{path.name} there")
     if exc.errno == errno.ELOOP:
         reason = "it is a symbolic link, and the cache never writes through one"
+    if exc.errno == errno.EISDIR:
+        reason = "a folder is in its place, and the cache never removes a folder it did not " \
+                 "make: remove it yourself"
     return CacheWriteError(str(path), f"cannot {action} {path}: {reason}")
 
 
@@ -81,23 +97,27 @@ def umask() -> int:
 def dump_verified(body: dict[str, Any]) -> bytes:
     """JSON preceded by a header line holding the hash of the JSON bytes."""
     content = json.dumps(body, sort_keys=True, indent=1).encode()
+    if len(content) > MAX_RECORD:
+        raise StoreError(f"cannot store a record of {len(content)} bytes, more than the "
+                         f"{MAX_RECORD} a record may hold: check() tensors rather than so many "
+                         "numbers and strings (torch.as_tensor turns a list of numbers into one)")
     return _HEADER + digest(content).encode() + b"\n" + content
 
 
 def load_verified(path: Path) -> dict[str, Any]:
-    """The JSON body of a file written with dump_verified, after checking its hash."""
-    data = _read(path)
+    """The JSON body of a file written with dump_verified, after checking its hash; parsed
+    within bounds (size, nesting, numbers, keys), as anyone could have written it."""
+    data = bytes(read_regular(path, MAX_RECORD + len(_HEADER) + 64))
     header, _, content = data.partition(b"\n")
     if not header.startswith(_HEADER) or header[len(_HEADER):].decode(errors="replace") \
             != digest(content):
         raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
     try:
-        body = json.loads(content)
-    except ValueError as exc:
+        body = strictjson.loads(content, RECORD_DEPTH)
+    except json.JSONDecodeError as exc:
         raise StoreError(f"{path} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise StoreError(f"{path} is not a record this tool wrote: its JSON nests too deeply "
-                         "to read") from None
+    except ValueError as exc:
+        raise StoreError(f"{path} is not a record this tool wrote: its JSON {exc}") from None
     if not isinstance(body, dict):
         raise StoreError(f"{path} does not hold a JSON object")
     return body
@@ -105,50 +125,80 @@ def load_verified(path: Path) -> dict[str, Any]:
 
 def read_checked(path: Path, expected_digest: str) -> bytearray:
     """The bytes of `path`, read once into one buffer, after checking their content hash."""
-    data = _read_buffer(path)
+    data = read_regular(path)
     if digest(data) != expected_digest:
         raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
     return data
 
 
-def _read(path: Path) -> bytes:
+def open_regular(path: Path) -> int:
+    """A descriptor to read `path`, opened only if it is a regular file: never through a link,
+    and never a FIFO (opening one waits for a writer) or a device (opening one can act)."""
     try:
-        return path.read_bytes()
+        _require_regular(path, os.lstat(path).st_mode)  # anything else is never opened
+        handle = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         raise StoreError(f"{path} is missing") from None
     except OSError as exc:
-        raise StoreError(f"{path} cannot be read: {exc}") from None
-
-
-def _read_buffer(path: Path) -> bytearray:
-    """A file's bytes in a buffer of its size, filled in place (no second copy)."""
+        raise _read_error(path, exc) from None
     try:
-        with open(path, "rb", buffering=0) as stream:
-            data = bytearray(os.fstat(stream.fileno()).st_size)
-            with memoryview(data) as view:
-                filled = 0
-                while filled < len(data) and (count := stream.readinto(view[filled:])):
-                    filled += count
-            if filled < len(data) or stream.read(1):
-                raise StoreError(f"{path} changed while it was read")
-            return data
-    except FileNotFoundError:
-        raise StoreError(f"{path} is missing") from None
+        _require_regular(path, os.fstat(handle).st_mode)  # swapped in since the lstat
+    except BaseException:
+        os.close(handle)
+        raise
+    return handle
+
+
+def _require_regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+        raise StoreError(f"{path} cannot be read: it is {kind}, where the cache writes a "
+                         "regular file; the cache never opens one")
+
+
+def _read_error(path: Path, exc: OSError) -> StoreError:
+    if exc.errno == errno.ELOOP:
+        return StoreError(f"{path} cannot be read: it is a symbolic link, and the cache never "
+                          "reads through one")
+    return StoreError(f"{path} cannot be read: {exc.strerror or exc}")
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytearray:
+    """A regular file's bytes in a buffer of its size, filled in place (no second copy);
+    StoreError, before reading, for a file of more than `limit` bytes."""
+    handle = open_regular(path)
+    try:
+        with open(handle, "rb", buffering=0) as stream:
+            size = os.fstat(handle).st_size
+            if limit is not None and size > limit:
+                raise StoreError(f"{path} cannot be read: it is {size} bytes, more than any "
+                                 f"file of its kind the cache writes ({limit})")
+            return _fill(path, stream, bytearray(size))
     except OSError as exc:
-        raise StoreError(f"{path} cannot be read: {exc}") from None
+        raise _read_error(path, exc) from None
+
+
+def _fill(path: Path, stream: io.FileIO, data: bytearray) -> bytearray:
+    """`data` filled from `stream`, which must hold exactly as many bytes, no more."""
+    with memoryview(data) as view:
+        filled = 0
+        while filled < len(data) and (count := stream.readinto(view[filled:])):
+            filled += count
+    if filled < len(data) or stream.read(1):
+        raise StoreError(f"{path} changed while it was read")
+    return data
 
 
 def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
     """The tensor names of a safetensors file, after checking its hash and layout in one
     streaming pass, without torch and without unpickling; memory stays small whatever the
     file's size."""
+    handle = open_regular(path)
     try:
-        with open(path, "rb") as stream:
-            content_digest, header, size = _hash_with_header(stream)
-    except FileNotFoundError:
-        raise StoreError(f"{path} is missing") from None
+        with open(handle, "rb") as stream:
+            content_digest, header, size = _hash_with_header(path, stream)
     except OSError as exc:
-        raise StoreError(f"{path} cannot be read: {exc}") from None
+        raise _read_error(path, exc) from None
     if content_digest != expected_digest:
         raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
     try:
@@ -159,8 +209,10 @@ def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
     return {slot.name for slot in slots}
 
 
-def _hash_with_header(stream: IO[bytes], chunk: int = 1 << 20) -> tuple[str, bytes, int]:
-    """The content hash of a file, its first bytes up to the end of the header, its size."""
+def _hash_with_header(path: Path, stream: IO[bytes], chunk: int = 1 << 20
+                      ) -> tuple[str, bytes, int]:
+    """The content hash of a file, its first bytes up to the end of the header, its size;
+    exactly as many bytes as the file had when opened, or StoreError."""
     size = os.fstat(stream.fileno()).st_size
     hasher = content_hasher()
     header = stream.read(LENGTH_BYTES)
@@ -169,6 +221,10 @@ def _hash_with_header(stream: IO[bytes], chunk: int = 1 << 20) -> tuple[str, byt
     except ValueError:
         pass  # not a safetensors file: reported once the hash is known to match
     hasher.update(header)
-    while block := stream.read(chunk):
+    remaining = size - len(header)
+    while remaining > 0 and (block := stream.read(min(chunk, remaining))):
         hasher.update(block)
+        remaining -= len(block)
+    if remaining or stream.read(1):
+        raise StoreError(f"{path} changed while it was read")
     return hasher.hexdigest(), header, size

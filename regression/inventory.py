@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import Entry, EntryLock, lock_path, remove_folder, with_fix
+from .cache import ENTRY_FILE, Entry, EntryLock, lock_path, remove_folder, stranger, with_fix
 from .errors import CacheError, CacheWriteError, RegressionError
 from .revision import short
 
@@ -26,6 +27,8 @@ class EntryInfo:
     cases: int
     last_used: float
     fault: str = ""
+    leftover: bool = False
+    """Not an entry, but what a removal or creation cut short leaves: prune and clear remove it."""
 
 
 def folder_size(folder: Path) -> int:
@@ -44,18 +47,39 @@ def entries(cache_dir: Path) -> list[EntryInfo]:
         for folder in sorted(p for p in cache_dir.iterdir() if _ENTRY_NAME.fullmatch(p.name)):
             try:
                 entry: Entry | None = Entry.from_directory(folder)
-                fault = ""
+                fault, leftover = "", False
             except CacheError as exc:
-                entry, fault = None, str(exc)
+                entry, (leftover, fault) = None, _judge(folder, str(exc))
             used = entry.last_used() if entry else folder.lstat().st_mtime
             cases = len(entry.stored_cases()) if entry else 0
-            found.append(EntryInfo(folder, entry, folder_size(folder), cases, used, fault))
+            found.append(EntryInfo(folder, entry, folder_size(folder), cases, used, fault,
+                                   leftover))
     return sorted(found, key=lambda info: info.last_used)
 
 
+def _judge(folder: Path, fault: str) -> tuple[bool, str]:
+    """Whether a folder that is not an entry is a leftover of the cache, and its fault saying
+    so, or naming what it holds that the cache never writes."""
+    found = stranger(folder)
+    if not found:
+        return True, (f"{fault}; it holds only files the cache writes, left by a removal or "
+                      "creation cut short: `invoke cache.prune` and `cache.clear` remove it")
+    if not folder.is_symlink() and not os.path.lexists(folder / ENTRY_FILE):
+        fault += f"; it holds {found}, which the cache never writes"
+    return False, fault
+
+
 def foreign(cache_dir: Path) -> list[EntryInfo]:
-    """What is named like an entry but not provably one: prune and clear leave it alone."""
-    return [info for info in entries(cache_dir) if info.entry is None]
+    """What is named like an entry but not provably the cache's: prune and clear leave it alone."""
+    return [info for info in entries(cache_dir) if info.entry is None and not info.leftover]
+
+
+def removed_lines(removed: list[EntryInfo]) -> list[str]:
+    """What prune or clear removed, one line each, then how many."""
+    lines = [f"removed {info.directory} ({human_size(info.size)})"
+             + (": not an entry, but a leftover holding only files the cache writes"
+                if info.leftover else "") for info in removed]
+    return [*lines, f"removed {len(removed)} entries"]
 
 
 def list_lines(cache_dir: Path) -> list[str]:
@@ -70,11 +94,15 @@ def list_lines(cache_dir: Path) -> list[str]:
         reference = short(info.entry.parts.get("reference", "?")) if info.entry else "?"
         key = info.directory.name[:16]
         apart = ("; ".join(f"{p}={info.entry.parts.get(p, '')}" for p in varying)
-                 if info.entry else f"NOT AN ENTRY, left alone: {info.fault}")
+                 if info.entry else f"NOT AN ENTRY, {_fate(info)}: {info.fault}")
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.last_used))
         lines.append(f"{reference:12}  {key:16}  {info.cases:>5}  {human_size(info.size):>9}  "
                      f"{used:16}  {apart or '-'}")
     return lines
+
+
+def _fate(info: EntryInfo) -> str:
+    return "a leftover" if info.leftover else "left alone"
 
 
 def _varying_parts(all_parts: list[dict[str, str]]) -> list[str]:
@@ -99,12 +127,14 @@ def prune(cache_dir: Path, max_size: int | None, older_than: float | None,
     """Remove entries unused for `older_than` seconds, then least recently used ones
     until the cache holds at most `max_size` bytes; returns what was removed.
 
-    Only proven entries count and go: what is not provably one is left alone (`foreign`).
+    Only proven entries count and go, and leftovers of removals cut short, which never count
+    as entries, go whatever the limits; the rest is left alone (`foreign`).
     """
     now = time.time() if now is None else now
-    infos = [info for info in entries(cache_dir) if info.entry is not None]
+    found = entries(cache_dir)
+    removed = [info for info in found if info.leftover and remove_entry(info.directory)]
+    infos = [info for info in found if info.entry is not None]
     total = sum(i.size for i in infos)
-    removed = []
     for info in infos:
         too_old = older_than is not None and now - info.last_used > older_than
         too_big = max_size is not None and total > max_size
@@ -115,27 +145,36 @@ def prune(cache_dir: Path, max_size: int | None, older_than: float | None,
 
 
 def clear(cache_dir: Path) -> list[EntryInfo]:
-    """Remove every entry the cache can prove its own; the rest is left alone (`foreign`)."""
+    """Remove every entry, and every leftover, the cache can prove its own; the rest is left
+    alone (`foreign`)."""
     return [info for info in entries(cache_dir)
-            if info.entry is not None and remove_entry(info.directory)]
+            if (info.entry is not None or info.leftover) and remove_entry(info.directory)]
 
 
 def remove_entry(directory: Path) -> bool:
     """Delete one entry folder while holding its lock, so no generation is cut short.
 
     Proven again under the lock (identity file verified, fingerprint hashing to the folder's
-    name, no link): False, and nothing removed, when it is not provably an entry.
+    name, no link; or a leftover, see `stranger`): False, and nothing removed, when it is
+    neither.
     """
     try:
         with EntryLock(lock_path(directory.parent, directory.name)):
-            try:
-                Entry.from_directory(directory)
-            except CacheError:
+            if not _provably_own(directory):
                 return False
             remove_folder(directory)
     except CacheWriteError as exc:
         raise with_fix(exc, f"cannot remove the cache entry {directory}") from None
     # The lock file stays: deleting it would let a waiter and a newcomer lock different files.
+    return True
+
+
+def _provably_own(directory: Path) -> bool:
+    """An entry, or a leftover of one: a folder the cache may remove."""
+    try:
+        Entry.from_directory(directory)
+    except CacheError:
+        return not stranger(directory)
     return True
 
 

@@ -385,18 +385,16 @@ def prune(c: Context, max_size: str | None = None, older_than: str | None = None
         return inventory.prune(_cache_dir(),
                                None if max_size is None else inventory.parse_size(max_size),
                                None if older_than is None else inventory.parse_age(older_than))
-    removed = _translate(work)
-    for info in removed:
-        print(f"removed {info.directory} ({inventory.human_size(info.size)})")
-    print(f"removed {len(removed)} entries")
+    for line in inventory.removed_lines(_translate(work)):
+        print(line)
     _report_foreign()
 
 
 @task
 def clear(c: Context) -> None:
     """Remove every cache entry; what is not provably one is left alone and listed."""
-    removed = _translate(lambda: inventory.clear(_cache_dir()))
-    print(f"removed {len(removed)} entries")
+    for line in inventory.removed_lines(_translate(lambda: inventory.clear(_cache_dir()))):
+        print(line)
     _report_foreign()
 
 

@@ -13,6 +13,8 @@ import math
 import struct
 from dataclasses import dataclass
 
+from . import strictjson
+
 ITEM_SIZES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
     "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "C64": 8,
@@ -20,6 +22,7 @@ ITEM_SIZES = {
 }
 LENGTH_BYTES = 8
 MAX_HEADER = 100_000_000  # the safetensors library's own limit
+HEADER_DEPTH = 3  # {name: {"shape": [...]}}: no header of a valid file nests deeper
 _METADATA = "__metadata__"
 _FIELDS = {"dtype", "shape", "data_offsets"}
 
@@ -73,21 +76,18 @@ def parse_header(header: bytes, file_size: int) -> list[Slot]:
     if not header.startswith(b"{"):
         raise ValueError("the header is not a JSON object")
     try:
-        body = json.loads(header.decode("utf-8"), object_pairs_hook=_unique_keys)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = strictjson.loads(header, HEADER_DEPTH)
+    except json.JSONDecodeError as exc:
         raise ValueError(f"the header is not valid JSON: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"the header {exc}") from None
+    if not isinstance(body, dict):
+        raise ValueError("the header is not a JSON object")
     start = LENGTH_BYTES + len(header)
     slots = [_slot(name, entry, start) for name, entry in body.items() if name != _METADATA]
     _check_metadata(body.get(_METADATA, {}))
     _check_tiling(sorted(slots, key=lambda s: (s.start, s.stop)), start, file_size)
     return slots
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise ValueError("the header names a key twice")
-    return dict(pairs)
 
 
 def _slot(name: str, entry: object, start: int) -> Slot:
