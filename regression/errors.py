@@ -88,6 +88,15 @@ class StrayImportError(RegressionError):
     """A module of the user's working tree was imported while recording at the reference."""
 
 
+class RunIncompleteError(RegressionError):
+    """A check run did not report, at its very end, that it judged every case and passed;
+    `exit_code` is what the task exits with (a test failure or an early end)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
 def error_data(error: RegressionError) -> dict[str, object]:
     """An error as JSON-ready data, to cross from a child process to its parent."""
     return {"error": type(error).__name__, "message": str(error)}

@@ -80,6 +80,29 @@ class Job:
     def write_error(self, error: RegressionError) -> None:
         self.write_result(error_data(error))
 
+    @property
+    def journal(self) -> Path:
+        """Where the run notes each test as it starts and ends: what it was doing, should it
+        end without writing its result."""
+        return Path(self.result + ".journal")
+
+    def note(self, line: str) -> None:
+        """Append one line to the journal, straight to the file: a process that ends the
+        next instant (os._exit) has still written it. Appends of one line do not interleave,
+        so xdist workers may share the file."""
+        handle = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(handle, (line.replace("\n", " ") + "\n").encode())
+        finally:
+            os.close(handle)
+
+    def read_journal(self) -> list[str]:
+        """The journal's lines; none when the run wrote none."""
+        try:
+            return self.journal.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return []
+
     def read_result(self) -> dict[str, Any] | None:
         """The child's result; None when it wrote none (it crashed or was killed)."""
         path = Path(self.result)

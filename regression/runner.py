@@ -8,20 +8,23 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import traceback
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Protocol, Sequence
 
 import git
 
 from . import shard
 from .cache import NONDETERMINISTIC, Entry
+from .completion import settle
 from .config import CACHE_DIR_ENV, Settings
 from .durations import read_durations
 from .errors import CacheError, CacheWriteError, CollectionError, \
-    ImportRedirectError, ReadOnlyError, RegressionError, StoreError, SubjectImportError, \
-    error_from_data
+    ImportRedirectError, ReadOnlyError, RegressionError, RunIncompleteError, StoreError, \
+    SubjectImportError, error_from_data
 from .fingerprint import digest
 from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, PROGRESS, RECORD, Job
 from .scratch import scratch_folder
@@ -160,11 +163,22 @@ def _streamed(command: list[str], cwd: Path, env: dict[str, str],
     return subprocess.CompletedProcess(command, child.returncode, "".join(kept), "")
 
 
-def _let_finish(child: subprocess.Popen[str]) -> None:
+class Child(Protocol):
+    """A child process as _let_finish handles it: a subprocess.Popen, or a fork."""
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+def _let_finish(child: Child, first: float = 2.0) -> None:
     """Wait for an interrupted child to store what it finished: interrupt it if the signal
-    did not reach it, kill it if it does not end, or if the user interrupts again."""
+    did not reach it after `first` seconds, kill it if it does not end, or if the user
+    interrupts again."""
     try:
-        for signal_first, seconds in ((None, 2.0), (signal.SIGINT, 60.0)):
+        for signal_first, seconds in ((None, first), (signal.SIGINT, 60.0)):
             if signal_first is not None:
                 child.send_signal(signal_first)
             try:
@@ -207,16 +221,77 @@ ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten
                           ":pytest.PytestAssertRewriteWarning")
 
 
-def _pytest_here(settings: Settings, args: Sequence[str], job: Job) -> int:
-    """Run pytest in this process, as `_pytest` would in a new one: no second Python, no
-    second import of what this one has loaded (GitPython, our package)."""
-    import pytest
-
+def _pytest_forked(settings: Settings, args: Sequence[str], job: Job) -> int:
+    """Run pytest in a fork of this process, as `_pytest` would in a new one: no second
+    Python start, no second import of what this one has loaded (GitPython, our package),
+    and yet a process of its own, so that a run that ends early (os._exit in a test) cannot
+    end this one, which then reads the run's completion record."""
     with scratch_folder("job") as folder:
         job_file = Path(folder) / "job.json"
         job.save(job_file)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _run_child(settings, _pytest_args(settings, args, job), job_file)
+        child = Forked(pid)
+        try:
+            return child.wait()
+        except KeyboardInterrupt:  # the child, in this process group, was interrupted too
+            _let_finish(child, first=30.0)
+            return child.wait()
+
+
+def _run_child(settings: Settings, args: list[str], job_file: Path) -> NoReturn:
+    """The forked check run: pytest, set up as in the root, then the process ends with its
+    exit code, never returning into the caller's code."""
+    code = 1
+    try:
+        import pytest
+
         with _started_as_pytest(settings, job_file):
-            return int(pytest.main([*ALREADY_IMPORTED, *_pytest_args(settings, args, job)]))
+            code = int(pytest.main([*ALREADY_IMPORTED, *args]))
+    except SystemExit as exc:  # raised past pytest (a conftest's sys.exit), as Python ends
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: B036 - the child must end here, whatever happened
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
+                pass
+        os._exit(code)
+
+
+class Forked:
+    """A forked child, waited for as subprocess.Popen waits for one."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            flags = 0 if deadline is None else os.WNOHANG
+            pid, status = os.waitpid(self.pid, flags)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            else:
+                time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 def _tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
@@ -516,24 +591,31 @@ def check_job(reference: Reference, *, shard: ShardSpec | None = None,
 
 def run_check(reference: Reference, job: Job, args: Sequence[str],
               paths: Sequence[str] = ()) -> tuple[int, dict[str, Any] | None]:
-    """The one pytest run of `invoke test` or `invoke gen`, in this process, over `paths`
+    """The one pytest run of `invoke test` or `invoke gen`, in a fork of this process, over `paths`
     (node ids or folders; config.yaml's `tests` when none).
 
-    Returns its exit code and its result (None if it wrote none). An error it reports as
-    data is raised here as the same error.
+    Returns its exit code and its result. An error it reports as data is raised here as the
+    same error; a run that did not report at its very end that it judged every case and
+    passed, whatever the exit code of its process, raises RunIncompleteError.
     """
     settings = reference.settings
     with scratch_folder("result") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
         args = [*args, *(paths or settings.tests)]
-        if job.subject_root:  # compare: the candidate's subject must be the first one loaded,
-            code = _pytest(settings, args, job, capture=False).returncode  # not tasks.py's
+        # compare: the candidate's subject must be the first one loaded, not tasks.py's
+        if job.subject_root or not hasattr(os, "fork"):
+            code = _pytest(settings, args, job, capture=False).returncode
         else:
-            code = _pytest_here(settings, args, job)
+            code = _pytest_forked(settings, args, job)
         result = job.read_result()
+        journal = job.read_journal()
     if result and "error" in result:
         raise error_from_data(result)
-    return code, result
+    try:
+        return settle(code, result, journal), result
+    except RunIncompleteError:
+        print(flush=True)  # the run may have ended mid-line
+        raise
 
 
 def cache_key(suite: Suite) -> str:

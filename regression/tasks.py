@@ -43,7 +43,7 @@ def _translate(work: Callable[[], T], device: str | None = None) -> T:
         _choose_device(device)
         return work()
     except RegressionError as exc:
-        raise Exit(f"torch-regression: {exc}", code=2) from None
+        raise Exit(f"torch-regression: {exc}", code=getattr(exc, "exit_code", 2)) from None
 
 
 def _choose_device(device: str | None) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Generator, NoReturn
 import pytest
 
 from .. import github
+from ..completion import END, FINISHED, START, Completion
 from ..errors import RegressionError, StoreError
 from ..job import GEN_ONLY, Job
 from ..report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
@@ -52,6 +53,20 @@ class Checker:
         self.finish_errors: list[str] = []
         self.failed_on_outputs: set[str] = set()
         """Cases that pytest_runtest_call failed because their outputs differ."""
+        self.items: dict[str, pytest.Item] = {}
+        """Every item collected, also those a hook later drops without deselecting them."""
+        self.dropped: set[str] = set()
+        self.running = ""
+        """The test under way: named if the run stops in it."""
+        self.stopped = ""
+        """Why the run stopped before its end (pytest.exit(), Ctrl-C), if it did."""
+        self.stopped_in = ""
+        """The test under way when it stopped."""
+        self.session: pytest.Session | None = None
+        self.finished = False
+        """Whether this plugin's end of the run ran: the completion record needs it."""
+        self.collect_skips: dict[str, str] = {}
+        """Collectors (files, folders) skipped at collection, with the reason."""
         self.subject_root = Path(job.subject_root).resolve() if job and job.subject_root \
             else None
 
@@ -125,6 +140,8 @@ class Checker:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """`invoke gen` has no terminal report: say which files failed to collect, and why;
         and when the subject itself is what could not be imported, say how to fix that."""
+        if report.skipped:
+            self.collect_skips[report.nodeid] = report_reason(report)
         if not report.failed:
             return
         if self.gen_only:
@@ -142,16 +159,21 @@ class Checker:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected.update((i.nodeid, i) for i in items)
 
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        self.items[item.nodeid] = item
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         """Narrow to the shard and record what is missing, before the first case runs."""
-        everything = [*items, *self.deselected.values()]
+        kept = {i.nodeid for i in items}
+        self.dropped = {n for n in self.items if n not in kept and n not in self.deselected}
+        everything = [*items, *self.deselected.values(), *(self.items[n] for n in self.dropped)]
         self.collected = {i.nodeid for i in everything}
         if self.job is not None:
             self.expected = self._expected(everything)
             if self.job.selection:  # what the user left out is not missed
-                self.expected &= {i.nodeid for i in items}
+                self.expected -= set(self.deselected)
         if not any(uses_fixture(i) for i in everything):
             self._write_result()
             return
@@ -167,7 +189,48 @@ class Checker:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+        if self.job is None:  # plain pytest: the cases it selected must each end judged
+            self.expected = {i.nodeid for i in keep if uses_fixture(i)}
+        self._judge_collect_skips()
         self._write_result()
+
+    def _judge_collect_skips(self) -> None:
+        """A file or folder skipped as it was collected (importorskip or skip at module
+        level) whose cases the reference recorded: each such case is an error, not absent."""
+        if not self.collect_skips or self.prepared is None or self._user_selected() \
+                or self.gen_only:
+            return
+        for nodeid, skipped in self._recorded_under(self.collect_skips):
+            message = (f"skipped as {skipped} was collected, but the reference {self.label} "
+                       f"recorded this case: {self.collect_skips[skipped]}")
+            self.outcomes[nodeid] = CaseOutcome(nodeid, ERROR, message)
+
+    def _user_selected(self) -> bool:
+        """Whether the user chose cases (-k, -m, node ids): the rest are not missed."""
+        option = self.config.option
+        return bool(option.keyword or option.markexpr or (self.job and self.job.selection))
+
+    def _recorded_under(self, collectors: dict[str, str]) -> list[tuple[str, str]]:
+        """(case, collector) for each case the entry holds as recorded, under one of
+        `collectors`, with the harness its test file has now: it exists, and it did run."""
+        from ..cache import RECORDED
+        from ..files import load_verified
+
+        assert self.prepared is not None
+        found = []
+        for path in self.prepared.entry.stored_cases():
+            try:
+                body = load_verified(path)
+            except RegressionError:
+                continue
+            nodeid = str(body.get("nodeid"))
+            under = [c for c in collectors if nodeid.startswith((f"{c}::", f"{c}/"))
+                     or not c]
+            file = self.config.rootpath / nodeid.split("::")[0]
+            if under and body.get("status") == RECORDED and file.is_file() \
+                    and body.get("harness") == self.prepared.harness.of(file):
+                found.append((nodeid, under[0] or "the rootdir"))
+        return sorted(found)
 
     def _expected(self, everything: list[pytest.Item]) -> set[str]:
         """The regression cases this driven run must run: its shard's, or all of them."""
@@ -211,6 +274,26 @@ class Checker:
             self.job.write_result({
                 "generation": prepared.generation_data() if prepared else {},
             })
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        """Note the test in the journal: if the process ends in it, the parent names it."""
+        self.running = nodeid
+        if self.job is not None and not self.gen_only:
+            self.job.note(f"{START}{nodeid}")
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.running = ""
+        if self.job is not None and not self.gen_only:
+            self.job.note(f"{END}{nodeid}")
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """pytest.exit() or Ctrl-C: the cases it cut short are named with the reason."""
+        error = excinfo.value
+        if isinstance(error, pytest.exit.Exception):
+            self.stopped = f"pytest.exit({error.msg!r}) was called"
+        else:
+            self.stopped = "it was interrupted (KeyboardInterrupt: Ctrl-C, or raised by code)"
+        self.stopped_in = self.running
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -280,7 +363,7 @@ class Checker:
             pytest.fail(failure, pytrace=False)
         return result
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: after xfail and skip marks
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
@@ -291,30 +374,82 @@ class Checker:
             error = call.excinfo.value
             self.error_reasons[item.nodeid] = exception_reason(error, traceback_frames(error),
                                                                roots)
-        sink = self.sinks.get(item.nodeid)
-        if sink is not None and report.when == "call":
-            self._judge(item, sink, report)
-        elif sink is None and report.when == "setup" and report.skipped and uses_fixture(item):
-            self._judge_setup_skip(item, report)
+        if uses_fixture(item) and self.prepared is not None:
+            self._judge_report(item, report)
         return report
 
-    def _judge_setup_skip(self, item: pytest.Item, report: pytest.TestReport) -> None:
-        """A case skipped before its fixture ran (a skipif on the subject, a fixture that
-        skips) fails when the reference recorded it: it would otherwise pass unchecked."""
-        if self.prepared is None:
-            return
-        from ..cache import RECORDED
+    def _judge_report(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """Give each phase's report of a case its verdict: a case ends identical, changed,
+        error, not in reference or nondeterministic, whatever marks and fixtures say."""
+        sink = self.sinks.get(item.nodeid)
+        if report.when == "call" and sink is not None:
+            self._judge(item, sink, report)
+        elif report.when == "call":
+            self._judge_foreign_fixture(item, report)
+        elif report.skipped and report.when == "setup":
+            self._judge_setup_skip(item, sink, report)
+        elif report.failed:
+            self._judge_error(item, report)
 
+    def _judge_setup_skip(self, item: pytest.Item, sink: CheckSink | None,
+                          report: pytest.TestReport) -> None:
+        """A case skipped before its body ran (a skipif, xfail(run=False), a fixture that
+        skips, before or after `regression`) fails when the reference recorded it: it would
+        otherwise pass unchecked."""
+        if item.nodeid in self.outcomes:  # skipped by this plugin: nondeterministic
+            return
+        from ..cache import ABSENT, NONDETERMINISTIC as UNREPRODUCED
+
+        record, problem = (sink.record, "") if sink is not None else self._stored(item.nodeid)
+        if record is not None and record.status == ABSENT:
+            self._set(item, report, CaseOutcome(item.nodeid, NEW, record.reason),
+                      self._strict_failure(item, record.reason))
+        elif record is not None and record.status == UNREPRODUCED:
+            self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, NONDETERMINISTIC, record.reason)
+        elif record is not None:
+            message = self._skipped_message(report)
+            self._set(item, report, CaseOutcome(item.nodeid, ERROR, message), message)
+        else:
+            message = (f"skipped, and no trusted reference says whether {self.label} ran this "
+                       f"case ({problem}): {self._reason(report)}; run `invoke gen`")
+            self._set(item, report, CaseOutcome(item.nodeid, ERROR, message), message)
+
+    def _stored(self, nodeid: str) -> tuple[CaseRecord | None, str]:
+        """The case's stored record, or None and why there is none that can be trusted."""
+        assert self.prepared is not None
         try:
-            record = self.prepared.entry.load_case(item.nodeid)
-        except RegressionError:
-            return  # no trusted record: nothing says the reference ran it
-        if record is not None and record.status == RECORDED:
-            message = (f"skipped, but the reference {self.label} recorded this case: "
-                       f"{self._reason(report)}")
-            self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, ERROR, message)
-            report.outcome = "failed"
-            report.longrepr = message
+            record = self.prepared.entry.load_case(nodeid)
+        except RegressionError as exc:
+            return None, str(exc)
+        return record, "" if record else "none is stored"
+
+    def _judge_foreign_fixture(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """The body ran without this plugin's fixture: a conftest or plugin defines its own
+        `regression`, so nothing was compared."""
+        message = ("the test's `regression` fixture is not torch-regression's (a conftest.py "
+                   "or plugin defines its own), so nothing was compared; rename that fixture")
+        self._set(item, report, CaseOutcome(item.nodeid, ERROR, message), message)
+
+    def _judge_error(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """A setup or teardown error makes the case an error, unless it already has a verdict
+        that says more (changed, an error, nondeterministic)."""
+        current = self.outcomes.get(item.nodeid)
+        if current is None or current.outcome in (IDENTICAL, NEW):
+            detail = f"error in {report.when}: {self._reason(report)}"
+            self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, ERROR, detail)
+
+    def _set(self, item: pytest.Item, report: pytest.TestReport, outcome: CaseOutcome,
+             failure: str | None) -> None:
+        """The case's verdict, and its report failed with `failure` when one is given."""
+        self.outcomes[item.nodeid] = outcome
+        if failure is not None:
+            fail_report(report, failure)
+
+    def _strict_failure(self, item: pytest.Item, reason: str) -> str | None:
+        """With --regression-strict, a case not in the reference fails, with the reason."""
+        if not self.config.getoption("regression_strict"):
+            return None
+        return f"not in reference {self.label}: {reason}"
 
     def _judge(self, item: pytest.Item, sink: CheckSink, report: pytest.TestReport) -> None:
         """Set the case's outcome, and fail a report that passed where the case did not."""
@@ -322,24 +457,25 @@ class Checker:
         strict = bool(self.config.getoption("regression_strict"))
         failure = sink.failure()
         if failure and not report.failed:  # a skip or xfail after a differing check
-            report.outcome = "failed"
-            report.longrepr = failure
+            fail_report(report, failure)
         elif failure and item.nodeid not in self.failed_on_outputs:  # it failed on its own
             report.sections.append(("torch-regression: outputs that differ", failure))
-        elif report.skipped and sink.in_reference:
-            report.outcome = "failed"
-            report.longrepr = (f"skipped, but the reference {self.label} recorded this case: "
-                               f"{self._reason(report)}")
+        elif report.skipped and sink.in_reference:  # an xfail or skip in the body
+            fail_report(report, self._skipped_message(report))
+        elif report.skipped and strict:
+            fail_report(report, f"not in reference {self.label}: {sink.record.reason}")
         elif report.passed and not sink.checked:
-            report.outcome = "failed"
-            report.longrepr = CHECKED_NOTHING
+            fail_report(report, CHECKED_NOTHING)
         elif report.passed and not sink.in_reference:
             message = f"not in reference {self.label}: {sink.record.reason}"
             report.outcome = "failed" if strict else "skipped"
             report.longrepr = message if strict else (str(item.path), 0, message)
         elif report.passed and sink.unchecked():
-            report.outcome = "failed"
-            report.longrepr = self._unchecked_message(sink)
+            fail_report(report, self._unchecked_message(sink))
+
+    def _skipped_message(self, report: pytest.TestReport) -> str:
+        return (f"skipped, but the reference {self.label} recorded this case: "
+                f"{self._reason(report)}")
 
     def _reason(self, report: pytest.TestReport) -> str:
         return self.error_reasons.get(report.nodeid) or report_reason(report)
@@ -354,8 +490,12 @@ class Checker:
             return CaseOutcome(nodeid, CHANGED, sink.detail(),
                                tuple(str(d) for d in sink.differences), path,
                                (line or 0) + 1)
-        if report.failed or (report.skipped and sink.in_reference):
+        if report.skipped and sink.in_reference:
+            return CaseOutcome(nodeid, ERROR, self._skipped_message(report))
+        if report.failed:
             return CaseOutcome(nodeid, ERROR, self._reason(report))
+        if not sink.in_reference and report.skipped:
+            return CaseOutcome(nodeid, NEW, sink.record.reason)
         if not sink.checked:
             return CaseOutcome(nodeid, ERROR, CHECKED_NOTHING)
         if not sink.in_reference:
@@ -373,20 +513,76 @@ class Checker:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Prove the subject's origin and the run complete; store durations; summaries.
         An xdist worker hands what it knows to the controller, which judges and reports."""
+        self.session = session
         worker_output = getattr(self.config, "workeroutput", None)
         if self.gen_only and worker_output is None:
             if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
                 session.exitstatus = pytest.ExitCode.OK
+            self.finished = True
             return
         self._verify_origins(session)
         if worker_output is not None:
             worker_output[WORKER_KEY] = self._worker_data()
             return
         self._require_all_ran(session)
+        self._require_verdicts_passed(session)
         self._store_durations()
         if self.finish_errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a worker's, merged here
         self.write_step_summary()
+        self.finished = True
+
+    def _require_verdicts_passed(self, session: pytest.Session) -> None:
+        """Fail a run whose pytest counted no failure where a case did not pass: a case
+        skipped at collection that the reference recorded, or a report a hook changed."""
+        failing = self._failing()
+        if failing and session.exitstatus in (pytest.ExitCode.OK,
+                                              pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.finish_errors.append(f"{len(failing)} regression cases did not pass, which "
+                                      "pytest's own count does not show: " +
+                                      ", ".join(failing[:5]) + (" ..." if len(failing) > 5
+                                                                else ""))
+
+    def _failing(self) -> list[str]:
+        """`OUTCOME nodeid` of each case that does not pass: changed or error, and with
+        --regression-strict not in reference or nondeterministic."""
+        bad = {CHANGED, ERROR}
+        if self.config.getoption("regression_strict"):
+            bad |= {NEW, NONDETERMINISTIC}
+        return [f"{o.outcome.upper()} {o.nodeid}" for o in self.outcomes.values()
+                if o.outcome in bad]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The very end of the run: the last word on its exit status, and in a run invoke
+        started, the record without which it does not pass."""
+        if hasattr(config, "workerinput") or not self.finished or self.session is None:
+            return
+        unjudged = [] if self.gen_only else self._unjudged()
+        failing = [] if self.gen_only else self._failing()
+        self._keep_failed(self.session, [*failing, *(f"NO VERDICT {n}" for n in unjudged)])
+        if self.job is not None:
+            completion = Completion(int(self.session.exitstatus), len(self.expected or ()),
+                                    [f"{n}: {self._why_not_run(n)}" for n in unjudged],
+                                    failing)
+            self.job.write_result({**(self.job.read_result() or {}),
+                                   FINISHED: completion.data()})
+
+    @staticmethod
+    def _keep_failed(session: pytest.Session, failing: list[str]) -> None:
+        """A run judged failed stays failed: a hook that set its exit status to 0 after this
+        plugin judged it (a conftest's pytest_unconfigure?) is overruled, and named."""
+        if session.exitstatus == pytest.ExitCode.OK and failing:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            listed = ", ".join(failing[:5]) + (" ..." if len(failing) > 5 else "")
+            print(f"torch-regression: the exit status was set to 0 after the run was judged "
+                  f"(by a hook?), but {len(failing)} regression cases did not pass: {listed}",
+                  file=sys.stderr, flush=True)
+
+    def _unjudged(self) -> list[str]:
+        """The cases this run was handed that ended in no verdict."""
+        return sorted((self.expected or set()) - set(self.outcomes))
 
     def _store_durations(self) -> None:
         durations_path = self.config.getoption("regression_durations")
@@ -432,17 +628,17 @@ class Checker:
         self.durations.update(data["durations"])
 
     def _require_all_ran(self, session: pytest.Session) -> None:
-        """A run that invoke handed its cases fails unless every one of them ran; a shard
-        that is empty by assignment passes."""
-        if self.job is None or self.expected is None:
+        """A run fails unless every case it was handed (invoke's, or those plain pytest
+        selected) ended in a verdict; a shard that is empty by assignment passes."""
+        if self.expected is None:
             return
-        missing = sorted(self.expected - self.ran)
+        missing = self._unjudged()
         if missing:
             lines = not_run_lines(missing, len(self.expected), self._why_not_run)
             self.finish_errors.append("\n".join(lines))
             if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        elif not self.expected and self.job.shard and \
+        elif not self.expected and self.job and self.job.shard and \
                 session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             session.exitstatus = pytest.ExitCode.OK
 
@@ -451,10 +647,21 @@ class Checker:
             return "deselected by -k, -m or --deselect (PYTEST_ADDOPTS or addopts?)"
         if self.config.option.collectonly:
             return "--collect-only: nothing ran"
+        if nodeid in self.dropped:
+            return ("removed from the run by a pytest_collection_modifyitems hook (a "
+                    "conftest.py?) without deselecting it")
         if self.collected is not None and nodeid not in self.collected:
             return "not collected (an error, --ignore, or a renamed test?)"
+        if self.stopped and nodeid == self.stopped_in:
+            return f"the run stopped in this case: {self.stopped}"
+        if self.stopped:
+            where = f" in {self.stopped_in}" if self.stopped_in else ""
+            return f"the run stopped before it: {self.stopped}{where}"
         if self.config.option.maxfail:
             return "the run stopped early (-x or --maxfail)"
+        if nodeid in self.ran:
+            return ("it ran, but its verdict never reached the end of the run (its xdist "
+                    "worker crashed?)")
         return "did not run"
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -531,3 +738,11 @@ def _in_project(module: str, root: Path, depth: int = 4) -> bool:
 
 
 _NOT_SEARCHED = {"site-packages", "node_modules", "__pycache__", "build", "dist"}
+
+
+def fail_report(report: pytest.TestReport, longrepr: str) -> None:
+    """Turn `report` into a failure with `longrepr`; an xfail mark no longer excuses it."""
+    report.outcome = "failed"
+    report.longrepr = longrepr
+    if hasattr(report, "wasxfail"):
+        del report.wasxfail

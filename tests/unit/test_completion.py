@@ -1,0 +1,58 @@
+"""A check run passes only on its own completion record, whatever its exit code says."""
+
+from __future__ import annotations
+
+import pytest
+
+from regression.completion import FINISHED, Completion, settle, still_running
+from regression.errors import RunIncompleteError
+
+PASSED = {FINISHED: Completion(0, 2).data()}
+
+
+def _refused(code: int, result: dict[str, object] | None, journal: list[str]
+             ) -> RunIncompleteError:
+    with pytest.raises(RunIncompleteError) as caught:
+        settle(code, result, journal)
+    return caught.value
+
+
+def test_a_record_that_says_passed_and_exit_0_pass() -> None:
+    assert settle(0, PASSED, ["start a", "end a"]) == 0
+
+
+def test_a_failing_exit_code_stands_whatever_the_record_says() -> None:
+    assert settle(1, PASSED, []) == 1
+    assert settle(1, {FINISHED: Completion(1, 2, failing=["CHANGED a"]).data()}, []) == 1
+
+
+def test_no_record_and_exit_0_names_the_case_that_was_running() -> None:
+    error = _refused(0, {"generation": {}}, ["start a", "end a", "start b"])
+    assert error.exit_code == 2
+    assert "its process exited with code 0 while running b, without the record" in str(error)
+    assert "`pytest 'b'` shows what happens there" in str(error)
+
+
+def test_no_record_says_where_the_run_ended_outside_a_case() -> None:
+    killed = _refused(-9, None, ["start a", "end a"])
+    assert "was killed by signal 9 (SIGKILL) after 1 tests had ended" in str(killed)
+    assert killed.exit_code == 2
+    usage = _refused(4, None, [])
+    assert usage.exit_code == 4 and "before any test started" in str(usage)
+
+
+def test_a_record_that_did_not_pass_fails_a_process_that_exited_0() -> None:
+    record = Completion(0, 3, unjudged=["b: did not run"], failing=["CHANGED a"])
+    error = _refused(0, {FINISHED: record.data()}, [])
+    assert error.exit_code == 1
+    text = str(error)
+    assert "the check run's process exited 0, but the run did not pass" in text
+    assert "1 of 3 cases it was meant to check ended without a verdict:\n  b: did not run" in text
+    assert "1 cases did not pass:\n  CHANGED a" in text
+    assert _refused(0, {FINISHED: Completion(3, 0).data()}, []).exit_code == 3
+
+
+def test_a_test_started_twice_in_the_journal_is_running_until_it_ends_twice() -> None:
+    # an xdist controller and its worker each note the same test
+    assert still_running(["start a", "start a", "end a"]) == ["a"]
+    assert still_running(["start a", "start a", "end a", "end a", "start b"]) == ["b"]
