@@ -62,6 +62,11 @@ def pytest_collection_modifyitems(items):
         items[:] = [i for i in items if "test_subj.py::test_forward" not in i.nodeid]
 
 
+def pytest_runtest_protocol(item):
+    if MODE == "protocol" and "regression" in item.fixturenames:
+        return True  # "handled": the case never runs, and nothing reports it
+
+
 def pytest_sessionstart(session):
     SESSION.append(session)
 
@@ -339,6 +344,14 @@ def test_a_hook_that_launders_reports_does_not_pass_a_change(plain: pytest.Pytes
     assert "CHANGED tests/test_subj.py::test_forward" in text
     assert "regression cases did not pass, which pytest's own count does not show: " \
            "CHANGED tests/test_subj.py::test_forward" in text
+
+
+def test_a_hook_that_runs_no_case_does_not_pass(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "protocol", "tests/test_subj.py")
+    assert code == 1, text
+    assert "1 passed" in text  # test_plain: pytest alone would call this run green
+    assert "1 of 1 regression cases this run was meant to check did not run, so it does not " \
+           "pass:\n  tests/test_subj.py::test_forward: did not run" in text
 
 
 def test_every_trap_off_the_recorded_repository_passes(plain: pytest.Pytester) -> None:

@@ -1,4 +1,4 @@
-"""The check run starts in the invoke process as `python -m pytest` would in a new one."""
+"""The check run starts in a fork of the invoke process as `python -m pytest` would."""
 
 from __future__ import annotations
 
