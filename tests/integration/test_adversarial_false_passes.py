@@ -378,6 +378,14 @@ def test_a_process_that_ends_early_does_not_pass(traps: Repo, end: str, where: s
     assert "so nothing says every case was judged and the run does not pass" in text
 
 
+def test_gen_whose_process_ends_early_does_not_pass(traps: Repo) -> None:
+    done = traps.invoke("gen", env={"ADV_END": "conftest-exit"})
+    text = output(done)
+    assert done.returncode == 2, text
+    assert "the check run ended before it finished: its process exited with code 0 before " \
+           "any test started" in text
+
+
 def test_pytest_exit_with_code_0_names_the_cases_it_cut_short(traps: Repo) -> None:
     done = traps.invoke("test", *ENDS_ONLY, env={"ADV_END": "pytest.exit"})
     text = output(done)
