@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from ..determinism import nondeterministic_operation_hint
-from ..importer import _library_folders
 
 FIXTURE = "regression"
 
@@ -35,6 +33,8 @@ def exception_reason(error: BaseException, tb_frames: list[tuple[str, int]],
     error = _unwrapped(error)
     if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)):
         return str(error.msg)[:500]
+    from ..determinism import nondeterministic_operation_hint  # not in runs without cases
+
     message = f"{type(error).__name__}: {error}".strip().rstrip(":")
     hint = nondeterministic_operation_hint(str(error))
     return (message + _places(error, tb_frames, roots))[:500] + (f"\n{hint}" if hint else "")
@@ -42,12 +42,14 @@ def exception_reason(error: BaseException, tb_frames: list[tuple[str, int]],
 
 def _places(error: BaseException, tb_frames: list[tuple[str, int]],
             roots: tuple[Path, ...]) -> str:
-    """` (in FILE:LINE)`: where it happened; when that is in a library (site-packages),
-    also the deepest frame of the user's code, the subject or the test, that called it."""
+    """` (in FILE:LINE)`: where it happened (this package's own frames left out, as pytest
+    hides them); when that is in a library (site-packages), also the deepest frame of the
+    user's code, the subject or the test, that called it."""
     syntax = _syntax_place(error)
     if syntax:
         return f" (in {_shown_place(syntax, roots)})"
-    raised = f"{tb_frames[-1][0]}:{tb_frames[-1][1]}" if tb_frames else ""
+    outside_ours = [f for f in tb_frames if not _relative(f[0], (_OURS,))] or tb_frames
+    raised = f"{outside_ours[-1][0]}:{outside_ours[-1][1]}" if outside_ours else ""
     ours = _deepest_place(tb_frames, roots)
     if not raised:
         return ""
@@ -80,6 +82,8 @@ _OURS = Path(__file__).resolve().parents[1]  # this package: never "the user's c
 def _deepest_place(frames: list[tuple[str, int]], roots: tuple[Path, ...]) -> str:
     """The deepest frame in the user's code: under `roots`, but not in this package nor in
     an installed library (a venv inside the project holds site-packages); "" if none."""
+    from ..importer import _library_folders
+
     libraries = (_OURS, *_library_folders())
     chosen = [f for f in frames if _relative(f[0], roots) and not _relative(f[0], libraries)]
     return f"{chosen[-1][0]}:{chosen[-1][1]}" if chosen else ""
