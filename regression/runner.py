@@ -193,12 +193,11 @@ def _let_finish(child: Child, first: float = 2.0) -> None:
 
 
 @contextmanager
-def _started_as_pytest(settings: Settings, job_file: Path) -> Iterator[None]:
+def _started_as_pytest(settings: Settings, child: dict[str, str]) -> Iterator[None]:
     """This process as `python -m pytest` in the root would start: that folder current and
-    first on sys.path, the child's environment, no bytecode written; all restored after."""
+    first on sys.path, the `child` environment, no bytecode written; all restored after."""
     folder, path, environ = os.getcwd(), list(sys.path), dict(os.environ)
     bytecode = sys.dont_write_bytecode
-    child = _child_environment(settings, job_file)
     try:
         os.chdir(settings.root)
         sys.path.insert(0, str(settings.root))
@@ -229,11 +228,12 @@ def _pytest_forked(settings: Settings, args: Sequence[str], job: Job) -> int:
     with scratch_folder("job") as folder:
         job_file = Path(folder) / "job.json"
         job.save(job_file)
+        environment = _child_environment(settings, job_file)  # its errors are this process's
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _run_child(settings, _pytest_args(settings, args, job), job_file)
+            _run_child(settings, _pytest_args(settings, args, job), environment, job)
         child = Forked(pid)
         try:
             return child.wait()
@@ -242,15 +242,19 @@ def _pytest_forked(settings: Settings, args: Sequence[str], job: Job) -> int:
             return child.wait()
 
 
-def _run_child(settings: Settings, args: list[str], job_file: Path) -> NoReturn:
+def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
+               job: Job) -> NoReturn:
     """The forked check run: pytest, set up as in the root, then the process ends with its
     exit code, never returning into the caller's code."""
     code = 1
     try:
         import pytest
 
-        with _started_as_pytest(settings, job_file):
+        with _started_as_pytest(settings, environment):
             code = int(pytest.main([*ALREADY_IMPORTED, *args]))
+    except RegressionError as exc:  # before pytest ran: the invoke process says it, as data
+        job.write_error(exc)
+        code = 2
     except SystemExit as exc:  # raised past pytest (a conftest's sys.exit), as Python ends
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         if isinstance(exc.code, str):
