@@ -261,7 +261,7 @@ class _Search:
             middle = _untried(*key)
             assert middle is not None
             step += 1
-            about = step + sum(_steps_left(*k) for k in open_) - 1
+            about = step + _steps_left(list(open_)) - 1
             echo(f"step {step} of about {about}: trying {short(self.commits[middle])} ...")
             self._try(middle, recorder)
 
@@ -282,7 +282,8 @@ class _Search:
     def changes(self) -> list[Change]:
         """Each set of cases with the same first commit (or the same skipped range)."""
         found = []
-        for (low, high, _), cases in sorted(self.groups().items(), key=lambda i: i[0][:2]):
+        for (low, high, _), cases in sorted(self.groups().items(),
+                                            key=lambda item: (item[0][1], item[0][0])):
             after = self.result.good if low < 0 else self.commits[low]
             found.append(Change(self.commits[high], after,
                                 {c: self.differences[c] for c in sorted(cases)},
@@ -297,9 +298,16 @@ def _untried(low: int, high: int, skipped: frozenset[int]) -> int | None:
     return next((i for i in order if i not in skipped), None)
 
 
-def _steps_left(low: int, high: int, skipped: frozenset[int]) -> int:
-    """About how many commits a binary search between low and high still tries."""
-    return math.ceil(math.log2(high - low - len(skipped)))
+def _steps_left(keys: list[tuple[int, int, frozenset[int]]]) -> int:
+    """About how many commits the searches still try: a binary search's steps in each
+    group, summed over the stretches of commits that no two groups share."""
+    total, stretch_end, most = 0, -2, 0
+    for low, high, skipped in sorted(keys):
+        steps = math.ceil(math.log2(high - low - len(skipped)))
+        if low >= stretch_end - 1:  # no untried commit in common with the stretch before
+            total, most = total + most, 0
+        stretch_end, most = max(stretch_end, high), max(most, steps)
+    return total + most
 
 
 def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bisection:
@@ -324,6 +332,7 @@ def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bis
             elif case in result.skipped.get(sha, {}):
                 hidden[case].append(sha)
     _set_aside_flaky(result, recorder, bad)
+    result.cases = [c for c in result.cases if c not in result.nondeterministic]
     return result
 
 
@@ -435,13 +444,14 @@ def _change_lines(result: Bisection, change: Change,
     could_be = ", ".join(short(sha) for sha in (*change.hidden, change.sha))
     return [f"  between {short(change.after)} and {short(change.sha)} "
             f"{subject_line(change.sha)}: {_count(len(change.hidden), 'commit')} skipped for "
-            f"{whom} because {'; '.join(_because(why) for why in reasons)}",
+            f"{whom} because {'; '.join(_because(why, len(change.cases)) for why in reasons)}",
             f"    the first commit could be any of: {could_be}", *cases]
 
 
-def _because(why: str) -> str:
-    """A reason for a skip, to follow "because": "failed at ..." is what "it" did."""
-    return f"it {why}" if why.startswith(("failed", "skipped")) else why
+def _because(why: str, cases: int) -> str:
+    """A reason for a skip, to follow "because": "failed at ..." is what the cases did."""
+    return f"{'it' if cases == 1 else 'they'} {why}" if why.startswith(("failed", "skipped")) \
+        else why
 
 
 def _aside_lines(result: Bisection) -> list[str]:
