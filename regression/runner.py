@@ -462,7 +462,7 @@ def _find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str
         wanted = {n: h for n, h in recorded.items() if n not in found}
         if not wanted:
             break
-        echo(f"recording {len(wanted)} cases again ({again} of {suite.repeat}) to find "
+        echo(f"recording {_cases(len(wanted))} again ({again} of {suite.repeat}) to find "
              "nondeterministic ones ...")
         differ = _record(suite, worktree, wanted, echo, verify=True).get("differ", {})
         for nodeid, names in differ.items():
@@ -477,6 +477,20 @@ def _find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str
         echo(f"no nondeterministic case: each of the {len(recorded)} recorded gave the same "
              f"outputs {suite.repeat} times")
     return found
+
+
+def _cases(count: int) -> str:
+    return f"{count} case{'' if count == 1 else 's'}"
+
+
+def find_nondeterministic(suite: Suite, echo: Echo) -> dict[str, str]:
+    """Record the suite's cases, already stored, once more in a new process at its
+    reference: those whose outputs differ from the stored ones are stored as
+    nondeterministic and returned, each with how they differed."""
+    reference = suite.reference
+    with suite.entry.lock(), reference_worktree(reference.repo, reference.sha) as worktree:
+        return _find_nondeterministic(replace(suite, repeat=2), worktree, dict(suite.cases),
+                                      echo)
 
 
 def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:

@@ -433,7 +433,8 @@ def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> Non
 }, iterable=["case"])
 def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = None,
            scan: bool = False, device: str | None = None) -> None:
-    """Find the first commit after good whose outputs differ from good's."""
+    """Find, for each case whose outputs differ, the first commit after good whose outputs
+    of it differ from good's."""
     _translate(lambda: _bisect(good, bad, case, scan), device)
 
 

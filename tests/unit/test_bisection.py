@@ -1,0 +1,95 @@
+"""Tests of regression.bisect's search over a history held in memory: each case's first
+commit, ranges hidden by skipped commits, commits reused between searches, progress."""
+
+from __future__ import annotations
+
+import torch
+
+from regression.bisect import Bisection, _differences, _Recorder, _Search, _steps_left
+
+FAILS = None  # the case fails at that commit
+UNREPRODUCED = float("nan")  # stored as nondeterministic at that commit
+
+
+class History(_Recorder):
+    """Each case's value at each commit (FAILS: skipped there); what was asked, in order."""
+
+    def __init__(self, result: Bisection, values: dict[str, list[float | None]]) -> None:
+        self.result, self.failed, self.values = result, result.failed, values
+        self.asked: list[tuple[int, str]] = []
+
+    def outputs(self, sha: str, cases: list[str]) -> dict[str, dict[str, object]]:
+        index = self.result.commits.index(sha)
+        found: dict[str, dict[str, object]] = {}
+        for case in cases:
+            self.asked.append((index, case))
+            value = self.values[case][index]
+            if value is FAILS:
+                self.result.skipped.setdefault(sha, {})[case] = "failed at the reference: boom"
+            elif value is UNREPRODUCED:
+                self.result.nondeterministic[case] = f"at {sha}: differs from itself"
+            else:
+                found[case] = {"out": torch.tensor([float(value)])}
+        return found
+
+    def progress(self, sha: str, cases: list[str]) -> None:
+        pass
+
+
+def search(values: dict[str, list[float | None]]) -> tuple[Bisection, History, list[str]]:
+    """Bisect `values` (good's value is 0.0 for every case; the last commit is bad)."""
+    commits = [f"{i:012x}" for i in range(1, len(next(iter(values.values()))) + 1)]
+    result = Bisection("0" * 12, commits[-1], commits, sorted(values))
+    at_good: dict[str, dict[str, object]] = {c: {"out": torch.tensor([0.0])} for c in values}
+    at_bad: dict[str, dict[str, object]] = {c: {"out": torch.tensor([float(v[-1] or 0)])}
+                                            for c, v in values.items()}
+    history, lines = History(result, values), []
+    found = _Search(result, at_good, _differences(at_good, at_bad))
+    found.run(history, lines.append)
+    result.changes = found.changes()
+    return result, history, lines
+
+
+def test_each_case_gets_its_own_first_commit_and_no_commit_is_asked_twice() -> None:
+    result, history, lines = search({
+        "a": [0, 1, 1, 1, 1, 1, 1, 1],
+        "b": [0, 0, 0, 2, 2, 2, 2, 2],
+        "c": [0, 0, 0, 0, 0, 0, 3, 3],
+        "d": [0, 0, 0, 2, 2, 2, 2, 2],  # agrees with b: one search, one change
+    })
+    assert [(c.sha, sorted(c.cases), c.hidden) for c in result.changes] == [
+        ("000000000002", ["a"], ()), ("000000000004", ["b", "d"], ()),
+        ("000000000007", ["c"], ())]
+    assert len(history.asked) == len(set(history.asked))  # each case once at each commit
+    steps = [line.split()[1] for line in lines]
+    assert steps == [str(n) for n in range(1, len(lines) + 1)]
+    assert lines[0] == "step 1 of about 3: trying 000000000004 ..."  # 7 commits to search
+    assert all(int(line.split()[4].rstrip(":")) >= int(line.split()[1]) for line in lines)
+
+
+def test_a_commit_skipped_for_one_case_leaves_its_change_a_range_and_others_pinned() -> None:
+    result, history, _ = search({
+        "broken": [0, 0, FAILS, FAILS, FAILS, 4, 4],
+        "inside": [0, 0, 0, 5, 5, 5, 5],  # changes where "broken" fails
+    })
+    by_case = {case: change for change in result.changes for case in change.cases}
+    assert by_case["inside"].sha == "000000000004" and by_case["inside"].hidden == ()
+    assert by_case["broken"].sha == "000000000006"
+    assert by_case["broken"].after == "000000000002"
+    assert by_case["broken"].hidden == ("000000000003", "000000000004", "000000000005")
+    skipped = {sha: sorted(cases) for sha, cases in result.skipped.items()}
+    assert all(cases == ["broken"] for cases in skipped.values()), skipped
+
+
+def test_a_case_found_nondeterministic_on_the_way_leaves_the_search() -> None:
+    result, history, _ = search({"flaky": [0, UNREPRODUCED, 0, 5], "real": [0, 0, 1, 1]})
+    assert [(c.sha, list(c.cases)) for c in result.changes] == [("000000000003", ["real"])]
+    assert "flaky" in result.nondeterministic
+    assert [i for i, case in history.asked if case == "flaky"] == [1]  # never asked again
+
+
+def test_steps_left_counts_a_stretch_two_searches_share_once() -> None:
+    assert _steps_left([(-1, 7, frozenset())]) == 3  # 7 untried commits
+    assert _steps_left([(-1, 1, frozenset()), (1, 7, frozenset())]) == 1 + 3  # apart
+    assert _steps_left([(0, 4, frozenset({1})), (1, 4, frozenset())]) == 2  # shared
+    assert _steps_left([(0, 4, frozenset({1, 2, 3}))]) == 0  # nothing left to try
