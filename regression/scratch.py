@@ -18,14 +18,25 @@ _MARKED = re.compile(r"torch-regression run of process (\d+)\n")
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists (another user's counts: it may not be signalled)."""
+    """Whether process `pid` runs (another user's counts: it may not be signalled). A zombie
+    does not: a killed run's forked check run stays one where nothing reaps it (a container
+    whose first process reaps no orphans)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether Linux's /proc says `pid` has ended and waits to be reaped; False elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    return fields.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import pytest
 
 from regression.config import CACHE_DIR_ENV, Settings
 from regression.job import JOB_ENV
-from regression.runner import _started_as_pytest
+from regression.runner import _child_environment, _started_as_pytest
 
 
 def _state() -> tuple[str, list[str], dict[str, str], bool]:
@@ -25,7 +25,7 @@ def test_pytest_here_sees_the_root_and_the_child_environment_and_leaves_nothing(
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
     settings = Settings(path=tmp_path / "config.yaml", reference="HEAD", subject_packages=("s",))
     before = _state()
-    with _started_as_pytest(settings, tmp_path / "job.json"):
+    with _started_as_pytest(settings, _child_environment(settings, tmp_path / "job.json")):
         assert Path.cwd() == tmp_path
         assert sys.path[0] == str(tmp_path)  # where `python -m` puts the current folder
         assert "GIT_DIR" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ
@@ -39,7 +39,8 @@ def test_pytest_here_sees_the_root_and_the_child_environment_and_leaves_nothing(
 def test_what_the_run_changed_is_undone_also_when_it_raises(tmp_path: Path) -> None:
     settings = Settings(path=tmp_path / "config.yaml", reference="HEAD", subject_packages=("s",))
     before = _state()
-    with pytest.raises(KeyboardInterrupt), _started_as_pytest(settings, tmp_path / "job.json"):
+    child = _child_environment(settings, tmp_path / "job.json")
+    with pytest.raises(KeyboardInterrupt), _started_as_pytest(settings, child):
         os.environ["SET_BY_A_TEST"] = "1"
         sys.path.append("added")
         raise KeyboardInterrupt
