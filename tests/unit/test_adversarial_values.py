@@ -5,39 +5,25 @@ the cache's real files, or refused with a message that names the output."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
 from regression.cache import CaseRecord, Entry
-from regression.config import Determinism
 from regression.errors import StoreError
 from regression.fixture import CheckSink, RecordSink, Regression
+from test_fixture import _tf32_off, current  # noqa: F401 - an autouse fixture: TF32 off
 
 NODEID = "tests/test_model.py::test_values"
 LABEL = "abc1234 (main)"
 
 
-@pytest.fixture(autouse=True)
-def _tf32_off() -> Iterator[None]:
-    """The plugin turns TF32 off before every case; check() refuses to run with it on."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
-def settings() -> Determinism:
-    return Determinism(seed=0, threads=torch.get_num_threads(),
-                       deterministic_algorithms=torch.are_deterministic_algorithms_enabled())
-
-
 def recorded(value: object, tmp_path: Path) -> CaseRecord:
     """`value` recorded with check(), written to the cache's files and read back."""
     sink = RecordSink()
-    Regression(NODEID, settings(), sink).check(value, name="out")
+    Regression(NODEID, current(), sink).check(value, name="out")
     entry = Entry(tmp_path / "cache", {"part": "1"})
     entry.create()
     entry.save_case(CaseRecord(NODEID, "h", outputs=tuple(sink.outputs)))
@@ -49,7 +35,7 @@ def recorded(value: object, tmp_path: Path) -> CaseRecord:
 def checked(record: CaseRecord, value: object) -> str | None:
     """Why check(value) against `record` fails; None when it is bit-identical."""
     sink = CheckSink(record, LABEL)
-    Regression(NODEID, settings(), sink).check(value, name="out")
+    Regression(NODEID, current(), sink).check(value, name="out")
     return sink.failure()
 
 
@@ -109,7 +95,7 @@ def test_a_view_edited_after_check_keeps_what_was_checked(tmp_path: Path) -> Non
     base = complex_pair()
     view = base.conj().imag
     sink = RecordSink()
-    Regression(NODEID, settings(), sink).check(view, name="out")
+    Regression(NODEID, current(), sink).check(view, name="out")
     base.imag.mul_(10)  # the owner edits the memory the view reads
     stored = sink.outputs[0].value
     assert isinstance(stored, torch.Tensor)
@@ -136,6 +122,6 @@ def test_what_cannot_be_stored_is_refused_naming_the_output(
         make: Callable[[], torch.Tensor], words: str) -> None:
     sink = RecordSink()
     with pytest.raises(StoreError) as refused:
-        Regression(NODEID, settings(), sink).check({"x": make()}, name="out")
+        Regression(NODEID, current(), sink).check({"x": make()}, name="out")
     assert words.replace("<value>", "['x']") in str(refused.value)
     assert sink.outputs == []
