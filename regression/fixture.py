@@ -10,6 +10,7 @@ from .cache import ABSENT, CaseRecord, Output
 from .compare import Difference, compare
 from .config import Determinism
 from .determinism import case_seed, require_unchanged
+from .errors import StoreError
 from .report import changed_detail, mismatch_message
 from .store import Encoder, decode
 
@@ -140,7 +141,11 @@ class Regression:
                              "give each check() a distinct name")
         self._names.append(name)
         require_unchanged(self._settings)  # the key says which settings made these bits
-        self._sink.take(name, snapshot(value, copy=self._sink.keeps_values))
+        try:
+            taken = snapshot(value, copy=self._sink.keeps_values)
+        except StoreError as exc:
+            raise StoreError(f"output {name!r}: {exc}") from None
+        self._sink.take(name, taken)
 
 
 def _shape(size: Sequence[object]) -> tuple[int, ...]:

@@ -62,9 +62,16 @@ class Encoder:
         if problem:
             raise StoreError(f"cannot store {problem}")
         name = f"{self.prefix}{len(self.tensors)}"
-        self.tensors[name] = (tensor.detach().to("cpu", copy=True).contiguous() if self.copy
-                              else tensor.detach())
+        tensor = resolved(tensor.detach())
+        self.tensors[name] = tensor.to("cpu", copy=True).contiguous() if self.copy else tensor
         return name
+
+
+def resolved(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` without a lazy negative or conjugate bit (`z.conj().imag`): its values as
+    they read, which are what is stored and compared bit for bit; its memory holds others,
+    and a bit-level view of it is refused. A copy only where a bit is set."""
+    return tensor.resolve_conj().resolve_neg()
 
 
 def _tensor_problem(tensor: torch.Tensor, at: str) -> str:
@@ -72,8 +79,9 @@ def _tensor_problem(tensor: torch.Tensor, at: str) -> str:
     if tensor.is_meta:
         return f"a meta tensor at {at}: it has no data"
     if tensor.is_complex():
+        real = "value.resolve_conj()" if tensor.is_conj() else "value"
         return (f"a complex tensor at {at}: safetensors has no complex dtype; check "
-                "torch.view_as_real(value) instead")
+                f"torch.view_as_real({real}) instead")
     if tensor.is_quantized:
         return (f"a quantized tensor ({tensor.dtype}) at {at}: safetensors has no quantized "
                 "dtype; check value.dequantize() (its float values) or value.int_repr() (its "

@@ -7,17 +7,18 @@ import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Generator, NoReturn
+from typing import TYPE_CHECKING, Any, Generator, NoReturn
 
 import pytest
 
 from .. import github
 from ..completion import END, FINISHED, START, Completion
-from ..errors import RegressionError, StoreError
+from ..errors import RegressionError, StoreError, error_from_data
 from ..job import GEN_ONLY, Job
 from ..report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
     generation_lines, github_annotations, markdown_summary, not_run_lines, summary_lines
-from .common import exception_reason, report_reason, traceback_frames, uses_fixture
+from .common import crash_reason, exception_reason, report_reason, traceback_frames, uses_fixture
+from .relay import LINE, REFUSAL, attach, in_worker
 
 if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
     from ..cache import CaseRecord, Entry
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain
 WORKER_KEY = "torch_regression"
 CHECKED_NOTHING = ("the test called regression.check() zero times, so it checks nothing; "
                    "call regression.check(output) on what the case should keep stable")
+OUTCOME = "torch_regression_outcome"
+"""A regression case's report carries its outcome so far to xdist's controller."""
 
 
 class Checker:
@@ -69,6 +72,11 @@ class Checker:
         """Collectors (files, folders) skipped at collection, with the reason."""
         self.subject_root = Path(job.subject_root).resolve() if job and job.subject_root \
             else None
+        self.refusal = ""
+        """Why the run stopped before any case ran (in xdist's controller: a worker's)."""
+        self.reported_cases: set[str] = set()
+        """xdist's controller: the regression cases whose worker reported on them."""
+        self.relay = attach(config, self._relayed)
 
     @property
     def label(self) -> str:
@@ -132,10 +140,35 @@ class Checker:
         return self.loaded_settings
 
     def _refuse(self, error: RegressionError) -> NoReturn:
-        """Stop the run with `error`: data for the invoke task, a usage error for pytest."""
+        """Stop the run with `error`: data for the invoke task, a usage error for pytest;
+        an xdist worker's goes to its controller, which stops the run."""
         if self.job is not None:
             self.job.write_error(error)
-        raise pytest.UsageError(f"torch-regression: {error}") from None
+        self.refusal = f"torch-regression: {error}"
+        if in_worker(self.config):
+            self.relay.send(REFUSAL, self.refusal)
+        raise self._refusal_error()
+
+    def _refusal_error(self) -> pytest.UsageError:
+        """No traceback; where invoke drives the run, the task says why (from the job's
+        result), so pytest does not say it a second time."""
+        return pytest.UsageError() if self.job is not None else pytest.UsageError(self.refusal)
+
+    def _relayed(self, kind: str, text: str) -> None:
+        """xdist's controller: a worker's line is shown; its refusal stops the run."""
+        if kind == REFUSAL:
+            self.refusal = self.refusal or text
+        elif kind == LINE:
+            self._echo(text)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        """xdist's controller: once the workers are down, a refusal ends the run as it would
+        without xdist (no case ran: the worker that refused collected none)."""
+        result = yield
+        if self.refusal and not in_worker(self.config):
+            raise self._refusal_error()
+        return result
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """`invoke gen` has no terminal report: say which files failed to collect, and why;
@@ -165,7 +198,17 @@ class Checker:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
-        """Narrow to the shard and record what is missing, before the first case runs."""
+        """Narrow to the shard and record what is missing, before the first case runs. An
+        xdist worker that refuses runs nothing: its controller stops the run."""
+        try:
+            self._select(config, items)
+        except pytest.UsageError:
+            if not in_worker(config) or not self.refusal:
+                raise
+            config.hook.pytest_deselected(items=list(items))
+            items[:] = []
+
+    def _select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         kept = {i.nodeid for i in items}
         self.dropped = {n for n in self.items if n not in kept and n not in self.deselected}
         everything = [*items, *self.deselected.values(), *(self.items[n] for n in self.dropped)]
@@ -180,7 +223,7 @@ class Checker:
         if config.option.collectonly and not self.gen_only:
             return
         try:
-            self.prepared = self._prepare(everything, {i.nodeid for i in items})
+            self.prepared = self._prepare_in_turn(everything, {i.nodeid for i in items})
         except RegressionError as exc:
             self._refuse(exc)
         keep = [i for i in items if (i.nodeid in self.prepared.chosen if uses_fixture(i)
@@ -241,7 +284,22 @@ class Checker:
         except RegressionError as exc:
             self._refuse(exc)
 
-    def _prepare(self, everything: list[pytest.Item], selected: set[str]) -> Prepared:
+    def _prepare_in_turn(self, everything: list[pytest.Item], selected: set[str]) -> Prepared:
+        """xdist's workers of a driven run prepare one at a time: the first records what is
+        missing and says so; the others find it recorded, or refuse with its error at once
+        instead of recording again."""
+        if self.job is None or not in_worker(self.config):
+            return self._prepare(everything, selected)
+        from filelock import FileLock
+
+        with FileLock(Path(self.job.result).with_name("prepare.lock")):
+            earlier = self.job.read_result() or {}
+            if "error" in earlier:
+                self._refuse(error_from_data(earlier))
+            return self._prepare(everything, selected, quiet="generation" in earlier)
+
+    def _prepare(self, everything: list[pytest.Item], selected: set[str],
+                 quiet: bool = False) -> Prepared:
         from .. import determinism
         from .prepare import prepare, resolve
 
@@ -253,14 +311,20 @@ class Checker:
         no_gen = bool(self.config.getoption("regression_no_gen")) and not self.gen_only
         prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
                            self._echo, record=not no_gen)
-        if prepared.generation is not None and not self.gen_only:
-            for line in generation_lines(prepared.generation):
+        generation = prepared.generation
+        if generation is not None and not self.gen_only and \
+                not (quiet and not generation.recorded and not generation.absent):
+            for line in generation_lines(generation):
                 self._echo(line)
         determinism.prepare_process(settings.device)
         determinism.apply(settings.determinism)  # once here: the first call takes seconds
         return prepared
 
     def _echo(self, line: str) -> None:
+        """A line for the user; an xdist worker's is shown by its controller."""
+        if in_worker(self.config):
+            self.relay.send(LINE, line)
+            return
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:  # invoke gen runs pytest without its terminal output
             print(line, flush=True)
@@ -376,6 +440,9 @@ class Checker:
                                                                roots)
         if uses_fixture(item) and self.prepared is not None:
             self._judge_report(item, report)
+        if uses_fixture(item) and in_worker(self.config):
+            outcome = self.outcomes.get(item.nodeid)
+            setattr(report, OUTCOME, asdict(outcome) if outcome else {})
         return report
 
     def _judge_report(self, item: pytest.Item, report: pytest.TestReport) -> None:
@@ -505,9 +572,27 @@ class Checker:
         return CaseOutcome(nodeid, IDENTICAL)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Which tests ran (also in the xdist controller, which sees every worker's)."""
+        """Which tests ran (also in the xdist controller, which sees every worker's), and
+        there each case's outcome as its worker reports it: kept if that worker dies."""
         if report.when == "call" or not report.passed:
             self.ran.add(report.nodeid)
+        fields = getattr(report, OUTCOME, None)
+        if fields is not None and not in_worker(self.config):
+            self.reported_cases.add(report.nodeid)
+            if fields:
+                self._merge_outcome(fields)
+
+    def _merge_outcome(self, fields: dict[str, Any]) -> None:
+        outcome = CaseOutcome(**{**fields, "outputs": tuple(fields["outputs"])})
+        self.outcomes[outcome.nodeid] = outcome
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        """xdist's controller: a regression case whose worker died is an error naming it."""
+        if crashitem in self.reported_cases:  # a regression case: its setup was reported
+            message = (f"{crash_reason(report)}, so it was not judged; `pytest -n 0 "
+                       f"'{crashitem}'` runs it alone and shows why")
+            self.outcomes[crashitem] = CaseOutcome(crashitem, ERROR, message)
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends its output
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -515,6 +600,8 @@ class Checker:
         An xdist worker hands what it knows to the controller, which judges and reports."""
         self.session = session
         worker_output = getattr(self.config, "workeroutput", None)
+        if self.refusal:
+            return  # no case ran: the refusal says why, and nothing else is to be said
         if self.gen_only and worker_output is None:
             if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
                 session.exitstatus = pytest.ExitCode.OK
@@ -622,8 +709,7 @@ class Checker:
         self.expected = (self.expected or set()) | set(data["expected"])
         self.worker_label = self.worker_label or data["label"]
         for fields in data["outcomes"]:
-            outcome = CaseOutcome(**{**fields, "outputs": tuple(fields["outputs"])})
-            self.outcomes[outcome.nodeid] = outcome
+            self._merge_outcome(fields)
         self.finish_errors += [e for e in data["errors"] if e not in self.finish_errors]
         self.durations.update(data["durations"])
 

@@ -115,3 +115,11 @@ def traceback_frames(error: BaseException) -> list[tuple[str, int]]:
         frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
         tb = tb.tb_next
     return frames
+
+
+def crash_reason(report: pytest.TestReport) -> str:
+    """Why a case ended without a report: its pytest-xdist worker process died in it."""
+    node = getattr(report, "node", None)
+    worker = getattr(getattr(node, "gateway", None), "id", "?")
+    return (f"its pytest-xdist worker {worker} crashed while running it: the process ended "
+            "(os._exit, a signal, or out of memory)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import traceback
 from pathlib import Path
@@ -18,7 +19,9 @@ from ..fingerprint import environment_parts
 from ..harness import extra_harness_files
 from ..importer import install_redirect, require_no_strays, verify_origins
 from ..job import PROGRESS, Job
-from .common import exception_reason, report_reason, traceback_frames, uses_fixture
+from .common import crash_reason, exception_reason, report_reason, traceback_frames, \
+    uses_fixture
+from .relay import ERROR, Relay, attach
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
     from ..fixture import RecordSink, Regression
@@ -49,9 +52,25 @@ class Recorder:
         self.config: pytest.Config | None = None
         self.trace_problem = ""
         """Trace mode: why the trace of the case stopped, if it did."""
+        self.relay: Relay | None = None
 
     def pytest_configure(self, config: pytest.Config) -> None:
         self.config = config
+        self.relay = attach(config, self._relayed)
+
+    def _relayed(self, kind: str, text: str) -> None:
+        """xdist's controller: the first error a worker reports stops the recording."""
+        if kind == ERROR and not self.failed:
+            data = json.loads(text)
+            self.fail(str(data["error"]), str(data["message"]))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        """xdist's controller: a case whose worker died stops the recording, named."""
+        if not self.failed:
+            self.fail("WorkerCrash", f"{crashitem} stopped the recording at the reference: "
+                      f"{crash_reason(report)}. The cases other workers finished are stored; "
+                      "`invoke gen --workers 1` records in one process, whose output shows why.")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A line per wanted case as it finishes, for the parent to show: pytest's own
@@ -86,7 +105,7 @@ class Recorder:
             except BaseException:  # noqa: B036 - any failure at import is reported as data
                 self.fail("subject_import", traceback.format_exc(limit=-8))
                 if self.worker:
-                    return  # it runs nothing; its controller hears of it when it ends
+                    return  # it runs nothing; the relay has told its controller
                 pytest.exit(f"the subject {package!r} failed to import at the reference",
                             returncode=3)
 
@@ -182,8 +201,6 @@ class Recorder:
                     self._done({"recorded": recorded, "absent": absent}, session)
             except RegressionError as exc:
                 self.fail(type(exc).__name__, str(exc))
-        if self.failed and self.worker:
-            self._done(self.error, session)
         session.exitstatus = 3 if self.failed else 0
 
     def _done(self, result: dict[str, Any], session: pytest.Session) -> None:
@@ -307,9 +324,11 @@ class Recorder:
         return "does not exist at the reference"
 
     def fail(self, kind: str, message: str) -> None:
-        """Stop the recording with an error the parent raises; a worker's goes through its
-        controller."""
+        """Stop the recording with an error the parent raises; a worker's goes to its
+        controller through the relay."""
         self.failed = True
         self.error: dict[str, Any] = {"error": kind, "message": message}
         if not self.worker:
             self.job.write_result(self.error)
+        elif self.relay is not None:
+            self.relay.send(ERROR, json.dumps(self.error))

@@ -82,7 +82,7 @@ def test_reasons_name_the_exception_and_where_it_happened(subject_repo: Repo) ->
     assert "NOT IN REFERENCE tests/test_edge.py::test_edge: could not be collected at the " \
            "reference: SyntaxError: " in text, text
     assert "(in subj/edge.py:1)" in text
-    assert "StoreError: cannot store builtins.object at <value>" in text
+    assert "StoreError: output '0': cannot store builtins.object at <value>" in text
     assert "(in tests/test_store.py:2)" in text
 
 

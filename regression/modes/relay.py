@@ -1,0 +1,83 @@
+"""The xdist relay: what a pytest-xdist worker has to tell the user (warnings, progress,
+refusals, errors) reaches it once, from the controller, as it happens.
+
+A worker's own terminal output is never shown, and its `workeroutput` arrives only when it
+ends, which a refused or crashed worker never does. pytest-xdist carries one thing live from
+a worker to its controller for any plugin: the warnings it records. A message travels as a
+`RelayMessage` warning, and the controller takes it out of pytest's warnings summary.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import pytest
+
+PLUGIN = "torch-regression-relay"
+LINE = "line"
+"""A line for the terminal: a warning, a progress line, what a recording did."""
+REFUSAL = "refusal"
+"""Why the run stops before any case runs (exit 2 from the tasks, 4 from pytest)."""
+ERROR = "error"
+"""A recording's error, as JSON data (errors.error_data)."""
+
+Receive = Callable[[str, str], None]
+
+
+class RelayMessage(UserWarning):
+    """A worker's message on its way to the controller; never a warning to the user."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(kind, text)
+        self.kind = kind
+        self.text = text
+
+
+def in_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker, whose output nobody sees."""
+    return hasattr(config, "workerinput")
+
+
+class Relay:
+    """A pytest plugin: sends from a worker; in the controller, hands each distinct message
+    to `receive` once, whichever worker sent it and however often."""
+
+    def __init__(self, config: pytest.Config, receive: Receive) -> None:
+        self.config = config
+        self.receive = receive
+        self.seen: set[tuple[str, str]] = set()
+
+    def send(self, kind: str, text: str) -> None:
+        """From a worker: `text` goes to the controller now."""
+        message = RelayMessage(kind, text)
+        record = warnings.WarningMessage(message, RelayMessage, __file__, 0)
+        self.config.hook.pytest_warning_recorded.call_historic(kwargs={
+            "warning_message": record, "when": "collect", "nodeid": "", "location": None})
+
+    @pytest.hookimpl(trylast=True)  # after the terminal listed it, so it can be unlisted
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage) -> None:
+        message = warning_message.message
+        if in_worker(self.config) or not isinstance(message, RelayMessage):
+            return
+        self._unlist()
+        if (message.kind, message.text) not in self.seen:
+            self.seen.add((message.kind, message.text))
+            self.receive(message.kind, message.text)
+
+    def _unlist(self) -> None:
+        """Out of pytest's warnings summary (and its count): the message is no warning."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        listed = reporter.stats.get("warnings", [])
+        listed[:] = [w for w in listed if RelayMessage.__name__ not in str(w.message)]
+        if not listed:
+            reporter.stats.pop("warnings", None)
+
+
+def attach(config: pytest.Config, receive: Receive) -> Relay:
+    """The relay of this run, registered so that a controller hears its workers."""
+    relay = Relay(config, receive)
+    config.pluginmanager.register(relay, PLUGIN)
+    return relay
