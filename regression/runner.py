@@ -584,7 +584,8 @@ def _project_in(reference: Reference, worktree: Path) -> Path:
     pytest would be run there, so that relative paths name the reference's files."""
     top = Path(reference.repo.working_dir).resolve()
     root = reference.settings.root.resolve()
-    return worktree / root.relative_to(top) if root.is_relative_to(top) else worktree
+    folder = worktree / root.relative_to(top) if root.is_relative_to(top) else worktree
+    return folder if folder.is_dir() else worktree  # a folder the reference does not have
 
 
 def _still_valid(entry: Entry, todo: dict[str, str]) -> int:

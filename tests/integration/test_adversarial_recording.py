@@ -342,3 +342,30 @@ def test_a_test_module_imported_by_another_is_its_helper(helped: Repo, tmp_path:
             "tests/test_other.py") in done.stderr
     assert "tests/test_other.py::test_other: its test file or a conftest.py changed" in \
         done.stderr
+
+
+def test_xdist_workers_record_in_the_worktree_and_watch_it(helped: Repo, tmp_path: Path) -> None:
+    repo = _copy(helped, tmp_path)
+    repo.write("subj/scale.json", '{"scale": 1.0}\n')
+    repo.write("tests/test_reads.py", """\
+        import json
+        from pathlib import Path
+
+        import subj
+
+
+        def test_relative(regression):
+            scale = json.loads(Path("subj/scale.json").read_text())["scale"]
+            regression.check(subj.forward(regression.randn(2, 4)) * scale)
+
+
+        def test_absolute(regression):
+            data = Path(__file__).resolve().parents[1] / "subj" / "__init__.py"
+            regression.check(subj.forward(regression.randn(2, 4)) * len(data.read_text()))
+        """)
+    repo.commit("a relative and an absolute read")
+    done = repo.invoke("gen", "--reference", "HEAD", "--workers", "2")
+    assert done.returncode == 2, output(done)
+    assert "  subj/__init__.py (run; the subject's)\n" in done.stderr
+    assert "scale.json" not in done.stderr  # relative: the worktree's copy
+    assert "Traceback" not in output(done)
