@@ -208,16 +208,25 @@ class TreeWatch:
         name = os.fsdecode(path) if isinstance(path, (bytes, os.PathLike)) else path
         if not isinstance(name, str):
             return
-        absolute = os.path.join(os.getcwd(), name)
+        absolute = name if os.path.isabs(name) else os.path.join(os.getcwd(), name)
         real = self._real.get(absolute)
         if real is None:
-            real = self._real[absolute] = os.path.realpath(absolute)
+            real = self._real[absolute] = self._resolved(absolute)
         if not real.startswith(self.prefix):
             return
         if how == "import":
             self.imported.add(real)
         if how != "read" or real not in self.seen:
             self.seen[real] = "read" if how == "read" else "run"
+
+    def _resolved(self, absolute: str) -> str:
+        """os.path.realpath, with each folder resolved once: a file costs one lstat."""
+        folder, name = os.path.split(absolute)
+        real_folder = self._real.get(folder)
+        if real_folder is None:
+            real_folder = self._real[folder] = os.path.realpath(folder)
+        joined = os.path.join(real_folder, name)
+        return os.path.realpath(joined) if os.path.islink(joined) else os.path.normpath(joined)
 
     def saw_mappings(self, maps: Path = Path("/proc/self/maps")) -> None:
         """Note the project's files mapped into this process (safetensors maps its files)."""
