@@ -54,6 +54,17 @@ class CaseRecord:
     status: str = RECORDED
     reason: str = ""
     outputs: tuple[Output, ...] = field(default_factory=tuple)
+    helpers: Mapping[str, str] = field(default_factory=dict)
+    """Test code found while recording (helper modules, files the tests read), by name
+    relative to the project, with the digest of each: an edit invalidates the case."""
+
+
+@dataclass(frozen=True)
+class StoredHarness:
+    """What a stored case was recorded with: the harness digest and its helpers'."""
+
+    digest: str
+    helpers: Mapping[str, str]
 
 
 def case_id(nodeid: str) -> str:
@@ -336,7 +347,7 @@ class Entry:
         body: dict[str, object] = {
             "format": FORMAT, "nodeid": record.nodeid, "environment": self.key,
             "harness": record.harness, "status": record.status, "reason": record.reason,
-            "outputs": outputs, "tensors": None,
+            "outputs": outputs, "tensors": None, "helpers": dict(record.helpers),
         }
         try:
             tensor_file = self._write_case(cid, body, encoder.tensors)
@@ -386,8 +397,8 @@ class Entry:
             raise StoreError(f"{self.case_path(nodeid)} is malformed: it names tensors its "
                              f"tensor file lacks: {', '.join(missing[:5])}")
 
-    def valid_harness(self, nodeid: str) -> str | None:
-        """The harness digest of a stored case that load_case would read; None when absent."""
+    def valid_harness(self, nodeid: str) -> StoredHarness | None:
+        """The harness of a stored case that load_case would read; None when absent."""
         loaded = self._load_body(nodeid)
         if loaded is None:
             return None
@@ -397,7 +408,7 @@ class Entry:
             stored = verify_safetensors(self.cases / body["tensors"]["file"],
                                         body["tensors"]["digest"])
         self._require_tensors(nodeid, wanted, stored)
-        return str(body["harness"])
+        return StoredHarness(str(body["harness"]), dict(body["helpers"]))
 
     def load_case(self, nodeid: str) -> CaseRecord | None:
         """The stored case, None when there is none; StoreError when it cannot be trusted."""
@@ -418,7 +429,7 @@ class Entry:
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
             raise StoreError(f"{self.case_path(nodeid)} is malformed: {exc!r}") from None
         return CaseRecord(nodeid=nodeid, harness=body["harness"], status=body["status"],
-                          reason=body["reason"], outputs=outputs)
+                          reason=body["reason"], outputs=outputs, helpers=dict(body["helpers"]))
 
 
 _TENSOR_FILE = re.compile(r"[0-9a-f]{16}\.[0-9a-f]{16}\.safetensors")
@@ -430,6 +441,10 @@ def _shape_problem(body: dict[str, Any]) -> str:
         return f"unknown status {body.get('status')!r}"
     if not isinstance(body.get("harness"), str) or not isinstance(body.get("reason"), str):
         return "harness and reason must be strings"
+    helpers = body.get("helpers")
+    if not isinstance(helpers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in helpers.items()):
+        return "helpers must map file names to digests"
     outputs = body.get("outputs")
     if not isinstance(outputs, list) or not all(
             isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("value"),

@@ -16,7 +16,8 @@ from .config import Settings
 from .determinism import no_cuda_message
 from .errors import DeterminismError
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
+"""2: each case stores the digests of the helpers its tests used (older entries lack them)."""
 
 # Environment variables that select kernels or code paths in torch, MKL and oneDNN.
 KERNEL_VARIABLES = (

@@ -1,11 +1,18 @@
-"""Which files define a case's inputs, and their digest."""
+"""Which files define a case's inputs, and their digest.
+
+A case's harness is its test file, the conftest.py files above it and config.yaml's
+`harness` files, hashed before recording; plus its helpers: the other test code the
+recording found the tests using (modules they import, files they read), stored with the case
+with a digest each, so that the check side validates them before anything runs.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
-from .fingerprint import files_digest
+from .fingerprint import file_digest, files_digest
 
 
 def harness_files(test_file: Path, rootdir: Path, extra: Iterable[Path] = ()) -> list[Path]:
@@ -42,3 +49,33 @@ class HarnessDigests:
             files = harness_files(test_file, self.rootdir, self.extra)
             self._by_file[test_file] = files_digest(self.rootdir, files)
         return self._by_file[test_file]
+
+
+def helper_digests(root: Path, helpers: Iterable[Path]) -> dict[str, str]:
+    """Each helper by its name relative to `root`, with the digest of its bytes."""
+    return {p.relative_to(root.resolve()).as_posix(): _digest_or_missing(p) for p in helpers}
+
+
+def changed_helpers(root: Path, helpers: Mapping[str, str]) -> list[str]:
+    """The helpers (name -> digest, as stored) whose bytes now differ, or that are gone."""
+    return [name for name, stored in sorted(helpers.items())
+            if _digest_or_missing(root / name) != stored]
+
+
+def _digest_or_missing(path: Path) -> str:
+    try:
+        return file_digest(path)
+    except OSError:
+        return "<missing>"
+
+
+def python_files_under(root: Path, folders: Iterable[str]) -> list[Path]:
+    """Every Python file under the test folders: the modules the tests may import, for the
+    CI cache key (which is made before any recording says which ones they use)."""
+    found = []
+    for folder in folders:
+        for where, dirs, files in os.walk(root / folder):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__"))
+                             and not (Path(where) / d / "pyvenv.cfg").exists())
+            found += [Path(where) / f for f in sorted(files) if f.endswith(".py")]
+    return found

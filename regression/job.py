@@ -62,6 +62,10 @@ class Job:
     trace: str = ""
     """Record: trace every module call of the one wanted case into this folder (`invoke
     explain`), with its checked outputs, instead of storing them in the cache."""
+    workdir: str = ""
+    """Record: the working folder of the recording, the project's folder in the reference's
+    worktree (files read from the user's repository are then watched); empty: the working
+    tree's own run (`invoke explain`'s candidate side)."""
     selection: str = ""
     """Check: how the user chose the cases to run (`-k EXPR`, node ids); empty for all. The
     cases it leaves out are neither recorded nor missed."""

@@ -18,14 +18,15 @@ from typing import Any, Callable, Iterator, NoReturn, Protocol, Sequence
 import git
 
 from . import shard
-from .cache import NONDETERMINISTIC, Entry
+from .cache import NONDETERMINISTIC, Entry, StoredHarness
 from .completion import settle
 from .config import CACHE_DIR_ENV, Settings
 from .durations import read_durations
 from .errors import CacheError, CacheWriteError, CollectionError, \
     ImportRedirectError, ReadOnlyError, RegressionError, RunIncompleteError, StoreError, \
     SubjectImportError, error_from_data
-from .fingerprint import digest
+from .fingerprint import digest, files_digest
+from .harness import changed_helpers, python_files_under
 from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, PROGRESS, RECORD, Job
 from .scratch import scratch_folder
 from .shard import ShardSpec
@@ -349,8 +350,8 @@ class Pending:
     fault: bool = False
 
 
-def plan(entry: Entry, cases: dict[str, str], force: bool) -> dict[str, Pending]:
-    """The cases that need recording, by node id."""
+def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[str, Pending]:
+    """The cases that need recording, by node id (`root`: where their helpers are)."""
     todo: dict[str, Pending] = {}
     for nodeid, harness in cases.items():
         try:
@@ -358,18 +359,28 @@ def plan(entry: Entry, cases: dict[str, str], force: bool) -> dict[str, Pending]
         except StoreError as exc:
             todo[nodeid] = Pending(harness, str(exc), fault=True)
             continue
-        if stored != harness:
-            why = "forced" if force else "not recorded yet" if stored is None else \
-                "its test file or a conftest.py changed"
+        why = "forced" if force else "not recorded yet" if stored is None else \
+            _stale(stored, harness, root)
+        if why:
             todo[nodeid] = Pending(harness, why)
     return todo
+
+
+def _stale(stored: StoredHarness, harness: str, root: Path) -> str:
+    """Why a stored case no longer matches its harness; "" when it does."""
+    if stored.digest != harness:
+        return "its test file or a conftest.py changed"
+    changed = changed_helpers(root, stored.helpers)
+    if changed:
+        return f"test code it uses changed: {', '.join(changed)}"
+    return ""
 
 
 def require_valid(suite: Suite) -> None:
     """Raise unless every case has a valid stored reference (for `test --no-gen`); reads only."""
     try:
         suite.entry.verify_identity()
-        todo = plan(suite.entry, suite.cases, force=False)
+        todo = plan(suite.entry, suite.cases, False, suite.reference.settings.root)
     except CacheError as exc:
         raise CacheError(f"{exc}\nRun `invoke gen` to record the reference again.") from None
     if todo:
@@ -399,7 +410,7 @@ def _read_only_plan(suite: Suite, force: bool) -> dict[str, Pending] | None:
         suite.entry.verify_identity()
     except CacheError:
         return None
-    return plan(suite.entry, suite.cases, force)
+    return plan(suite.entry, suite.cases, force, suite.reference.settings.root)
 
 
 def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generation:
@@ -431,7 +442,7 @@ def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
     result = Generation()
     with suite.entry.lock():
         _open_entry(suite.entry, result.warnings)
-        todo = plan(suite.entry, suite.cases, force)
+        todo = plan(suite.entry, suite.cases, force, suite.reference.settings.root)
         result.warnings += [f"re-recording {nodeid}: {p.why}" for nodeid, p in todo.items()
                             if p.fault]
         for warning in result.warnings:
@@ -513,7 +524,8 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
         job = Job(mode=RECORD, result="", config=str(reference.settings.path),
                   reference=reference.sha,
                   subject_root=str(worktree / reference.settings.subject_path),
-                  parts=suite.entry.parts, cases=todo, workers=suite.workers, verify=verify)
+                  parts=suite.entry.parts, cases=todo, workers=suite.workers, verify=verify,
+                  workdir=str(_project_in(reference, worktree)))
         return _recording(reference, job, echo)
     except KeyboardInterrupt:
         kept = _still_valid(suite.entry, todo)
@@ -529,8 +541,9 @@ def _recording(reference: Reference, job: Job, echo: Echo, working_tree: bool = 
     settings = reference.settings
     with scratch_folder("result") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
+        tests = [str(settings.root / t) for t in settings.tests]  # the working folder moves
         process = _pytest(settings, ["-q", "--no-header", "-rN",
-                                     "--continue-on-collection-errors", *settings.tests],
+                                     "--continue-on-collection-errors", *tests],
                           job, True, progress=lambda line: echo(f"  {line}"))
         result = job.read_result()
     if result is None:
@@ -555,7 +568,8 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
             reference_worktree(reference.repo, reference.sha))
         job = Job(mode=RECORD, result="", config=str(settings.path), reference=reference.sha,
                   subject_root=str(root / settings.subject_path), cases={nodeid: ""},
-                  trace=str(folder))
+                  trace=str(folder),
+                  workdir="" if working_tree else str(_project_in(reference, root)))
         result = _recording(reference, job, echo, working_tree)
     where = "in the working tree" if working_tree else f"at {reference.label}"
     fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
@@ -565,12 +579,22 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
         raise RegressionError(f"{nodeid} cannot be traced {where}: {absent[nodeid]}{fix}")
 
 
+def _project_in(reference: Reference, worktree: Path) -> Path:
+    """The project's folder in a worktree of its repository: where the recording runs, as
+    pytest would be run there, so that relative paths name the reference's files."""
+    top = Path(reference.repo.working_dir).resolve()
+    root = reference.settings.root.resolve()
+    folder = worktree / root.relative_to(top) if root.is_relative_to(top) else worktree
+    return folder if folder.is_dir() else worktree  # a folder the reference does not have
+
+
 def _still_valid(entry: Entry, todo: dict[str, str]) -> int:
     """How many of `todo` the entry now holds a valid reference of."""
     count = 0
     for nodeid, harness in todo.items():
         try:
-            count += entry.valid_harness(nodeid) == harness
+            stored = entry.valid_harness(nodeid)
+            count += stored is not None and stored.digest == harness
         except RegressionError:
             continue
     return count
@@ -637,10 +661,19 @@ def run_check(reference: Reference, job: Job, args: Sequence[str],
 
 
 def cache_key(suite: Suite) -> str:
-    """The key CI's cache uses: the environment entry, every case's harness, the shard."""
-    harness = digest(json.dumps(sorted(suite.cases.items())).encode())
+    """The key CI's cache uses: the environment entry, every case's harness, every Python file
+    under the test folders (helpers are known only once recorded), the shard."""
+    code = files_digest(suite.reference.settings.root, key_code_files(suite))
+    harness = digest(json.dumps([sorted(suite.cases.items()), code]).encode())
     key = f"torch-regression-{short(suite.reference.sha)}-{suite.entry.key[:16]}-{harness[:16]}"
     return f"{key}-shard{suite.shard.index}of{suite.shard.count}" if suite.shard else key
+
+
+def key_code_files(suite: Suite) -> list[Path]:
+    """The Python files under the test folders, which the key hashes: which of them are
+    helpers is known only once recorded, and the key is made before the cache is restored."""
+    settings = suite.reference.settings
+    return python_files_under(settings.root, settings.tests)
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from .report import generation_lines
 from .scratch import scratch_folder
 from .selection import Selection, selection, unknown_cases
 from .runner import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
-    collect, resolve, run_check, select_shard
+    collect, key_code_files, resolve, run_check, select_shard
 from .shard import MAX_SHARDS, ShardSpec, assign, parse_shard
 from .shard import table as shard_table
 
@@ -294,6 +294,9 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
             print(line)
         files = len({c.split("::")[0] for c in suite.cases})
         print(f"harness: {len(suite.cases)} cases in {files} files")
+        print(f"test code: {len(key_code_files(suite))} Python files under "
+              f"{', '.join(suite.reference.settings.tests)} (the helpers the tests may import; "
+              "those found while recording are also checked per case)")
         if suite.shard:
             print(f"shard: {suite.shard}")
     line = cache_key(suite)

@@ -14,6 +14,7 @@ import pytest
 from .. import github
 from ..completion import END, FINISHED, START, Completion
 from ..errors import RegressionError, StoreError, error_from_data
+from ..harness import changed_helpers
 from ..job import GEN_ONLY, Job
 from ..report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
     generation_lines, github_annotations, markdown_summary, not_run_lines, summary_lines
@@ -393,9 +394,8 @@ class Checker:
                 problem = f"{exc}; {fix} again"
             if record is None and not problem:
                 problem = f"no reference is recorded for this case at {self.label}; {fix}"
-            elif record and record.harness != self.prepared.harness.of(item.path):
-                problem = ("the test file or a conftest.py changed since the reference was "
-                           f"recorded; {fix} again")
+            elif record:
+                problem = self._stale(record, item, fix)
         if problem:
             self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, ERROR, problem)
             pytest.fail(problem, pytrace=False)
@@ -405,6 +405,18 @@ class Checker:
         if record.status == UNREPRODUCED:
             self._nondeterministic(item, record)
         return record
+
+    def _stale(self, record: CaseRecord, item: pytest.Item, fix: str) -> str:
+        """Why a stored case no longer matches the test code that runs now; "" if it does."""
+        assert self.prepared is not None
+        if record.harness != self.prepared.harness.of(item.path):
+            return ("the test file or a conftest.py changed since the reference was recorded; "
+                    f"{fix} again")
+        changed = changed_helpers(self.prepared.suite.reference.settings.root, record.helpers)
+        if changed:
+            return (f"test code it uses changed since the reference was recorded "
+                    f"({', '.join(changed)}); {fix} again")
+        return ""
 
     def _nondeterministic(self, item: pytest.Item, record: CaseRecord) -> NoReturn:
         """A case the reference does not reproduce is never compared: skipped with the

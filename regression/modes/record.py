@@ -16,8 +16,9 @@ from ..cache import ABSENT, CaseRecord, Entry
 from ..config import load_settings
 from ..errors import DeterminismError, RegressionError
 from ..fingerprint import environment_parts
-from ..harness import extra_harness_files
-from ..importer import install_redirect, require_no_strays, verify_origins
+from ..harness import extra_harness_files, helper_digests
+from ..importer import TreeWatch, install_redirect, require_own_files, stop_watching, \
+    stray_modules, verify_origins, watch_tree
 from ..job import PROGRESS, Job
 from .common import crash_reason, exception_reason, report_reason, traceback_frames, \
     uses_fixture
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
     from ..fixture import RecordSink, Regression
 
 WORKER_KEY = "torch_regression_recorded"
+_PYTEST_SETTINGS = ("pyproject.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
 class Recorder:
@@ -53,6 +55,10 @@ class Recorder:
         self.trace_problem = ""
         """Trace mode: why the trace of the case stopped, if it did."""
         self.relay: Relay | None = None
+        self.watch: TreeWatch | None = None
+        """What this process reads from the user's repository, when recording a worktree."""
+        self.test_modules: set[Path] = set()
+        self.helpers: dict[str, str] = {}
 
     def pytest_configure(self, config: pytest.Config) -> None:
         self.config = config
@@ -87,13 +93,30 @@ class Recorder:
                                  f"{report.nodeid}", flush=True)
 
     def start(self) -> None:
-        """Before conftests load: kernel settings, then the import redirect."""
+        """Before conftests load: kernel settings, then the import redirect; recording a
+        worktree, its project folder becomes the working folder and the user's repository
+        is watched."""
         try:
             determinism.prepare_process(self.settings.device)
             install_redirect(self.settings.subject_packages, self.subject_root, strict=True)
         except RegressionError as exc:
             self.fail(type(exc).__name__, str(exc))
             raise pytest.UsageError(str(exc)) from None
+        if self.job.workdir:
+            os.chdir(self.job.workdir)  # arguments resolve against where pytest started
+            self.watch = self._tree_watch()
+            watch_tree(self.watch)
+
+    def _tree_watch(self) -> TreeWatch:
+        """A watch of the user's repository: free are the worktree, the cache, git's
+        folder, config.yaml and pytest's settings, and `harness` files; test folders are
+        hashed; the subject's folders are named as such."""
+        root = self.settings.root
+        free = [Path(self.job.workdir), self.subject_root, self.settings.cache_dir, root / ".git"]
+        files = [self.settings.path, *(root / n for n in _PYTEST_SETTINGS),
+                 *extra_harness_files(root, self.settings.harness)]
+        subject = [root / self.settings.subject_path / p for p in self.settings.subject_packages]
+        return TreeWatch(root, free, files, subject, [root / t for t in self.settings.tests])
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if session.config.pluginmanager.has_plugin("dsession"):
@@ -113,6 +136,7 @@ class Recorder:
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         self.collected = (self.collected or set()) | {i.nodeid for i in items}
+        self.test_modules |= {i.path for i in items}
         wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)
                   and not self.failed]
         unwanted = [i for i in items if i not in wanted]
@@ -123,6 +147,7 @@ class Recorder:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         """Cases deselected by -k or -m were collected: they exist at the reference."""
         self.collected = (self.collected or set()) | {i.nodeid for i in items}
+        self.test_modules |= {i.path for i in items}
 
     def pytest_exception_interact(self, node: pytest.Item | pytest.Collector,
                                   call: pytest.CallInfo[object],
@@ -141,6 +166,11 @@ class Recorder:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if uses_fixture(item):
             determinism.apply(self.settings.determinism)
+
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        """Files that native code mapped (safetensors) raise no audit event: look now."""
+        if self.watch is not None:
+            self.watch.saw_mappings()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -191,7 +221,7 @@ class Recorder:
         if not self.failed:
             try:
                 verify_origins(self.settings.subject_packages, self.subject_root)
-                self._require_no_strays()
+                self._require_own_files()
                 if self.job.trace:
                     self._done(self._traced(), session)
                 elif self.job.verify:
@@ -235,13 +265,23 @@ class Recorder:
         self.job.write_result({"recorded": recorded, "absent": absent})
         session.exitstatus = 0
 
-    def _require_no_strays(self) -> None:
+    def _require_own_files(self) -> None:
         """Every module from the user's repository must be subject (from the worktree),
-        test code or harness; anything else would be the candidate posing as reference."""
+        test code or harness, and so must every file read or run from it: anything else
+        would be the candidate posing as reference. What the tests used in the test folders
+        besides the test modules becomes the cases' helpers."""
         root = self.settings.root
         tests = [root / t for t in self.settings.tests]
         harness = extra_harness_files(root, self.settings.harness)
-        require_no_strays(root, [self.subject_root, *tests], harness)
+        stray = stray_modules(root, [self.subject_root, *tests], harness)
+        refused: dict[str, str] = {}
+        if self.watch is not None:
+            self.watch.saw_modules()
+            self.watch.saw_mappings()
+            stop_watching()
+            refused, helpers = self.watch.sorted_out(self.test_modules)
+            self.helpers = helper_digests(root, helpers)
+        require_own_files(stray, refused)
 
     def _entry(self) -> Entry:
         """The cache entry of the environment the parent planned for, which must be ours."""
@@ -264,12 +304,14 @@ class Recorder:
             known = self.worker in ("", "gw0")
             reason = self.absent.get(nodeid) or (self._not_collected(nodeid) if known else "")
             if reason:
-                entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason))
+                entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason,
+                                           helpers=self.helpers))
                 absent[nodeid] = reason
             elif nodeid in self.ran:
                 sink = self.sinks.get(nodeid)
                 outputs = tuple(sink.outputs) if sink else ()
-                entry.save_case(CaseRecord(nodeid, harness, outputs=outputs))
+                entry.save_case(CaseRecord(nodeid, harness, outputs=outputs,
+                                           helpers=self.helpers))
                 recorded.append(nodeid)
             # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
         return recorded, absent

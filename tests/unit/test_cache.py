@@ -21,6 +21,7 @@ from regression.cache import (
     CaseRecord,
     Entry,
     Output,
+    StoredHarness,
     case_id,
     ensure_cache_root,
 )
@@ -210,9 +211,11 @@ def test_corrupt_identity_file_is_a_store_error(entry: Entry) -> None:
 
 def test_valid_harness_of_a_stored_case(entry: Entry) -> None:
     entry.save_case(recorded_case())
-    entry.save_case(CaseRecord("t.py::absent", "h9", status=ABSENT, reason="skipped"))
-    assert entry.valid_harness(NODEID) == "h1"
-    assert entry.valid_harness("t.py::absent") == "h9"
+    entry.save_case(CaseRecord("t.py::absent", "h9", status=ABSENT, reason="skipped",
+                               helpers={"tests/models.py": "d1"}))
+    assert entry.valid_harness(NODEID) == StoredHarness("h1", {})
+    assert entry.valid_harness("t.py::absent") == StoredHarness("h9", {"tests/models.py": "d1"})
+    assert entry.load_case("t.py::absent").helpers == {"tests/models.py": "d1"}  # type: ignore[union-attr]
 
 
 def test_valid_harness_of_a_missing_case_is_none(entry: Entry) -> None:
@@ -425,6 +428,8 @@ def test_held_lock_excludes_another_holder(entry: Entry) -> None:
     ("outputs", {"name": "x"}, "outputs must be a list"),
     ("tensors", {"file": "../../etc/passwd", "digest": "0"}, "bad tensors field"),
     ("harness", 3, "harness and reason must be strings"),
+    ("helpers", ["tests/models.py"], "helpers must map file names to digests"),
+    ("helpers", {"tests/models.py": 3}, "helpers must map file names to digests"),
 ])
 def test_record_with_valid_hash_but_bad_shape_is_never_trusted(
         tmp_path: Path, field: str, value: object, problem: str) -> None:
@@ -531,7 +536,7 @@ def test_value_nested_to_the_depth_limit_is_stored_trusted_and_read_back(entry: 
     for level in range(MAX_DEPTH - 1):
         value = {(level, 0.5): value} if level % 2 else [value]
     entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("deep", value),)))
-    assert entry.valid_harness(NODEID) == "h"
+    assert entry.valid_harness(NODEID) == StoredHarness("h", {})
     record = entry.load_case(NODEID)
     assert record is not None
     assert compare(value, record.outputs[0].value) == []

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from regression.harness import HarnessDigests, extra_harness_files, harness_files
+from regression.fingerprint import file_digest
+from regression.harness import (HarnessDigests, changed_helpers, extra_harness_files, harness_files,
+                                helper_digests, python_files_under)
 
 
 @pytest.fixture
@@ -95,3 +97,36 @@ def test_digests_of_test_files_with_other_conftests_differ(tree: Path) -> None:
     digests = HarnessDigests(tree)
     assert digests.of(tree / "tests" / "models" / "test_net.py") != \
         digests.of(tree / "tests" / "other" / "test_x.py")
+
+
+def test_helpers_are_named_relative_to_the_root_with_their_digest(tree: Path) -> None:
+    helper = tree / "tests" / "models" / "build.py"
+    helper.write_text("SIZE = 1\n")
+    digests = helper_digests(tree, [helper, tree / "tests" / "gone.py"])
+    assert digests == {"tests/models/build.py": file_digest(helper),
+                       "tests/gone.py": "<missing>"}
+    assert changed_helpers(tree, digests) == []
+
+
+def test_an_edited_or_removed_helper_is_changed(tree: Path) -> None:
+    (tree / "tests" / "a.py").write_text("A = 1\n")
+    (tree / "tests" / "b.py").write_text("B = 1\n")
+    digests = helper_digests(tree, [tree / "tests" / "a.py", tree / "tests" / "b.py"])
+    (tree / "tests" / "a.py").write_text("A = 2\n")
+    (tree / "tests" / "b.py").unlink()
+    assert changed_helpers(tree, digests) == ["tests/a.py", "tests/b.py"]
+
+
+def test_the_key_s_test_code_is_every_python_file_under_the_test_folders(tree: Path) -> None:
+    (tree / "tests" / "__pycache__").mkdir()
+    (tree / "tests" / "__pycache__" / "stale.py").write_text("")
+    (tree / "tests" / ".hidden").mkdir()
+    (tree / "tests" / ".hidden" / "x.py").write_text("")
+    (tree / "tests" / "venv").mkdir()
+    (tree / "tests" / "venv" / "pyvenv.cfg").write_text("")
+    (tree / "tests" / "venv" / "site.py").write_text("")
+    (tree / "tests" / "data.json").write_text("{}")
+    found = python_files_under(tree, ["tests"])
+    assert [p.relative_to(tree).as_posix() for p in found] == [
+        "tests/conftest.py", "tests/models/test_net.py", "tests/other/conftest.py",
+        "tests/other/test_x.py"]

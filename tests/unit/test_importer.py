@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import runpy
 import sys
 import uuid
 from collections.abc import Iterator
@@ -16,12 +18,16 @@ import pytest
 from regression.errors import ImportRedirectError, StrayImportError
 from regression.importer import (
     SubjectRedirect,
+    TreeWatch,
     foreign_modules,
     install_redirect,
     module_locations,
     require_no_strays,
+    require_own_files,
+    stop_watching,
     stray_modules,
     verify_origins,
+    watch_tree,
 )
 
 SOURCE = "COPY = {copy!r}\nWHERE = __file__\n"
@@ -220,3 +226,140 @@ def test_modules_outside_the_project_are_no_strays(project: Path, tmp_path_facto
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     _import_file(_touch(elsewhere / "other.py"))
     assert stray_modules(project, []) == {}
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[TreeWatch]:
+    """A watch of a project with a subject, tests, a data folder and a cache, made active."""
+    project = tmp_path / "project"
+    for name in ("subj/__pycache__", "tests/data", "data", "cache", "x.egg-info"):
+        (project / name).mkdir(parents=True)
+    watch = TreeWatch(project, [project / "cache"], [project / "config.yaml"],
+                      [project / "subj"], [project / "tests"])
+    watch_tree(watch)
+    try:
+        yield watch
+    finally:
+        stop_watching()
+
+
+def _seen(watch: TreeWatch, *names: str) -> None:
+    for name in names:
+        path = watch.project / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("X = 1\n")
+        watch.saw(str(path), "read")
+
+
+def test_the_watch_refuses_the_subject_and_other_files_and_hashes_test_code(
+        watched: TreeWatch) -> None:
+    _seen(watched, "subj/scale.json", "subj/__pycache__/alt.cpython-311.pyc", "data/a.txt",
+          "tests/models.py", "tests/data/in.json", "tests/test_a.py", "tests/conftest.py",
+          "config.yaml", "cache/entry.json", "x.egg-info/PKG-INFO", "conftest.py")
+    refused, helpers = watched.sorted_out([watched.project / "tests" / "test_a.py"])
+    assert refused == {"subj/scale.json": "read; the subject's",
+                       "subj/alt.py": "run; the subject's", "data/a.txt": "read"}
+    assert helpers == [watched.project / "tests" / "data" / "in.json",
+                       watched.project / "tests" / "models.py"]
+
+
+def test_the_audit_hook_sees_every_way_to_read_or_run_a_file(watched: TreeWatch) -> None:
+    project = watched.project
+    for name in ("subj/a.py", "subj/b.py", "subj/c.py", "subj/d.json", "subj/e.bin"):
+        (project / name).write_text("FACTOR = 1\n")
+    spec = importlib.util.spec_from_file_location("other_name", project / "subj" / "a.py")
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    runpy.run_path(str(project / "subj" / "b.py"))
+    exec(open(project / "subj" / "c.py").read(), {})  # noqa: S102, SIM115
+    (project / "subj" / "d.json").read_text()
+    os.close(os.open(bytes(project / "subj" / "e.bin"), os.O_RDONLY))
+    (project / "subj" / "written.txt").write_text("a write is no read")
+    with open(project / "subj" / "written.txt", "w+") as stream:  # emptied: nothing read
+        stream.write("x")
+    refused, _ = watched.sorted_out([])
+    assert refused == {"subj/a.py": "run; the subject's", "subj/b.py": "run; the subject's",
+                       "subj/c.py": "run; the subject's", "subj/d.json": "read; the subject's",
+                       "subj/e.bin": "read; the subject's"}
+
+
+def test_a_relative_path_is_read_from_the_working_folder(
+        watched: TreeWatch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (watched.project / "subj" / "d.json").write_text("{}")
+    elsewhere = tmp_path / "worktree"
+    (elsewhere / "subj").mkdir(parents=True)
+    (elsewhere / "subj" / "d.json").write_text("{}")
+    monkeypatch.chdir(elsewhere)
+    Path("subj/d.json").read_text()
+    assert watched.sorted_out([]) == ({}, [])
+    monkeypatch.chdir(watched.project)
+    Path("subj/d.json").read_text()
+    assert watched.sorted_out([])[0] == {"subj/d.json": "read; the subject's"}
+
+
+def test_safetensors_files_and_mapped_files_are_seen(watched: TreeWatch,
+                                                     tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file, save_file
+
+    weights = watched.project / "subj" / "w.safetensors"
+    save_file({"w": torch.ones(2)}, str(weights))
+    load_file(str(weights))  # opened in Rust: no audit event
+    maps = tmp_path / "maps"
+    mapped = watched.project / "subj" / "m.bin"
+    mapped.write_bytes(b"0")
+    maps.write_text(f"7f00-7f01 r--s 00000000 08:01 42   {mapped}\n"
+                    "7f01-7f02 r-xp 00000000 08:01 43   /usr/lib/libc.so.6\n")
+    watched.saw_mappings(maps)
+    assert watched.sorted_out([])[0] == {"subj/m.bin": "read; the subject's",
+                                         "subj/w.safetensors": "read; the subject's"}
+
+
+def test_an_idle_watch_sees_nothing(watched: TreeWatch) -> None:
+    stop_watching()
+    (watched.project / "subj" / "d.json").write_text("{}")
+    (watched.project / "subj" / "d.json").read_text()
+    assert watched.seen == {}
+
+
+def test_one_message_names_stray_modules_and_then_the_other_files() -> None:
+    with pytest.raises(StrayImportError) as info:
+        require_own_files({"inner": "subj/inner.py"},
+                          {"subj/inner.py": "run; the subject's", "subj/d.json": "read"})
+    message = str(info.value)
+    assert "  inner (subj/inner.py)\n" in message
+    assert "  subj/d.json (read)\n" in message
+    assert "subj/inner.py (run" not in message  # named once, as a module
+    require_own_files({}, {})  # nothing to say: no error
+
+
+def test_a_test_module_imported_by_a_statement_is_a_helper(watched: TreeWatch,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    tests = watched.project / "tests"
+    name = f"test_shared_{uuid.uuid4().hex[:8]}"
+    (tests / f"{name}.py").write_text("def make():\n    return 1\n")
+    (tests / "test_user.py").write_text("")
+    monkeypatch.syspath_prepend(str(tests))
+    try:
+        importlib.import_module(name)  # as pytest imports a test module: no statement
+        modules = [tests / f"{name}.py", tests / "test_user.py"]
+        assert watched.sorted_out(modules) == ({}, [])
+        exec(f"from {name} import make", {})  # noqa: S102 - another module's statement
+        assert watched.sorted_out(modules) == ({}, [tests / f"{name}.py"])
+    finally:
+        drop_modules(name)
+
+
+def test_the_deepest_folder_decides_between_subject_and_tests(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "subj" / "tests").mkdir(parents=True)
+    inside = TreeWatch(project, [], [], [project / "subj"], [project / "subj" / "tests"])
+    everywhere = TreeWatch(project, [], [], [project / "subj"], [project])
+    for watch in (inside, everywhere):
+        for name in ("subj/tests/helper.py", "subj/data.json"):
+            (project / name).write_text("")
+            watch.saw(str(project / name), "read")
+    assert inside.sorted_out([]) == ({"subj/data.json": "read; the subject's"},
+                                     [project / "subj" / "tests" / "helper.py"])
+    assert everywhere.sorted_out([]) == ({"subj/data.json": "read; the subject's",
+                                          "subj/tests/helper.py": "run; the subject's"}, [])
