@@ -14,7 +14,6 @@ import pytest
 from .. import github
 from ..completion import END, FINISHED, START, Completion
 from ..errors import RegressionError, StoreError, error_from_data
-from ..harness import changed_helpers
 from ..job import GEN_ONLY, Job
 from ..report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
     generation_lines, github_annotations, markdown_summary, not_run_lines, summary_lines
@@ -412,6 +411,8 @@ class Checker:
         if record.harness != self.prepared.harness.of(item.path):
             return ("the test file or a conftest.py changed since the reference was recorded; "
                     f"{fix} again")
+        from ..harness import changed_helpers  # config and hashing: not in plain runs
+
         changed = changed_helpers(self.prepared.suite.reference.settings.root, record.helpers)
         if changed:
             return (f"test code it uses changed since the reference was recorded "
