@@ -14,22 +14,11 @@ import torch
 from regression.cache import CaseRecord, Entry
 from regression.errors import StoreError
 from regression.fixture import CheckSink, RecordSink, Regression
-from test_fixture import _tf32_off, current  # noqa: F401 - an autouse fixture: TF32 off
+from test_fixture import _tf32_off, current, stored_and_loaded  # noqa: F401 - _tf32_off: an
+# autouse fixture (TF32 and reduced-precision reductions off)
 
 NODEID = "tests/test_model.py::test_values"
 LABEL = "abc1234 (main)"
-
-
-def recorded(value: object, tmp_path: Path) -> CaseRecord:
-    """`value` recorded with check(), written to the cache's files and read back."""
-    sink = RecordSink()
-    Regression(NODEID, current(), sink).check(value, name="out")
-    entry = Entry(tmp_path / "cache", {"part": "1"})
-    entry.create()
-    entry.save_case(CaseRecord(NODEID, "h", outputs=tuple(sink.outputs)))
-    record = entry.load_case(NODEID)
-    assert record is not None
-    return record
 
 
 def checked(record: CaseRecord, value: object) -> str | None:
@@ -63,7 +52,7 @@ VIEWS: dict[str, Callable[[], torch.Tensor]] = {
 def test_a_view_is_stored_and_compared_by_its_values(make: Callable[[], torch.Tensor],
                                                      tmp_path: Path) -> None:
     value = make()
-    record = recorded(value, tmp_path)
+    record = stored_and_loaded(value, tmp_path)
     stored = record.outputs[0].value
     assert isinstance(stored, torch.Tensor)
     assert not stored.is_neg() and not stored.requires_grad
@@ -77,17 +66,17 @@ def test_a_view_is_stored_and_compared_by_its_values(make: Callable[[], torch.Te
                          ids=["conj-imag", "neg-view", "0-d"])
 def test_a_negative_view_that_differs_is_changed_not_an_error(
         make: Callable[[], torch.Tensor], tmp_path: Path) -> None:
-    record = recorded(make(), tmp_path)
+    record = stored_and_loaded(make(), tmp_path)
     now = make().detach().resolve_neg() + 1  # plain values, one more than recorded
     failure = checked(record, torch._neg_view(-now))  # the same values, read through a bit
     assert failure is not None and "output 'out' is not bit-identical" in failure
 
 
 def test_a_negative_view_keeps_minus_zero_apart_from_zero(tmp_path: Path) -> None:
-    record = recorded(torch.tensor([0.0, 1.0]), tmp_path)
+    record = stored_and_loaded(torch.tensor([0.0, 1.0]), tmp_path)
     failure = checked(record, torch._neg_view(torch.tensor([0.0, -1.0])))  # reads -0.0, 1.0
     assert failure is not None and "1 of 2 elements differ" in failure
-    again = recorded(torch._neg_view(torch.tensor([0.0, -1.0])), tmp_path / "again")
+    again = stored_and_loaded(torch._neg_view(torch.tensor([0.0, -1.0])), tmp_path / "again")
     assert checked(again, torch.tensor([-0.0, 1.0])) is None
 
 
