@@ -56,10 +56,20 @@ def helper_digests(root: Path, helpers: Iterable[Path]) -> dict[str, str]:
     return {p.relative_to(root.resolve()).as_posix(): _digest_or_missing(p) for p in helpers}
 
 
-def changed_helpers(root: Path, helpers: Mapping[str, str]) -> list[str]:
-    """The helpers (name -> digest, as stored) whose bytes now differ, or that are gone."""
-    return [name for name, stored in sorted(helpers.items())
-            if _digest_or_missing(root / name) != stored]
+def changed_helpers(root: Path, helpers: Mapping[str, str],
+                    known: dict[Path, str] | None = None) -> list[str]:
+    """The helpers (name -> digest, as stored) whose bytes now differ, or that are gone.
+    `known` keeps each file's digest for the rest of one run: cases share their helpers, so
+    a suite of a thousand cases reads each helper once, not once per case."""
+    known = {} if known is None else known
+    changed = []
+    for name, stored in sorted(helpers.items()):
+        path = root / name
+        if path not in known:
+            known[path] = _digest_or_missing(path)
+        if known[path] != stored:
+            changed.append(name)
+    return changed
 
 
 def _digest_or_missing(path: Path) -> str:

@@ -353,6 +353,7 @@ class Pending:
 def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[str, Pending]:
     """The cases that need recording, by node id (`root`: where their helpers are)."""
     todo: dict[str, Pending] = {}
+    known: dict[Path, str] = {}  # helper digests, read once for all cases
     for nodeid, harness in cases.items():
         try:
             stored = None if force else entry.valid_harness(nodeid)
@@ -360,17 +361,17 @@ def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[s
             todo[nodeid] = Pending(harness, str(exc), fault=True)
             continue
         why = "forced" if force else "not recorded yet" if stored is None else \
-            _stale(stored, harness, root)
+            _stale(stored, harness, root, known)
         if why:
             todo[nodeid] = Pending(harness, why)
     return todo
 
 
-def _stale(stored: StoredHarness, harness: str, root: Path) -> str:
+def _stale(stored: StoredHarness, harness: str, root: Path, known: dict[Path, str]) -> str:
     """Why a stored case no longer matches its harness; "" when it does."""
     if stored.digest != harness:
         return "its test file or a conftest.py changed"
-    changed = changed_helpers(root, stored.helpers)
+    changed = changed_helpers(root, stored.helpers, known)
     if changed:
         return f"test code it uses changed: {', '.join(changed)}"
     return ""

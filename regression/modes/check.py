@@ -44,6 +44,8 @@ class Checker:
         self.outcomes: dict[str, CaseOutcome] = {}
         self.sinks: dict[str, CheckSink] = {}
         self.prepared: Prepared | None = None
+        self.helper_digests: dict[Path, str] = {}
+        """Each helper file's digest, read once per run for every case that uses it."""
         self.durations: dict[str, float] = {}
         self.collected: set[str] | None = None
         self.expected: set[str] | None = None
@@ -413,7 +415,8 @@ class Checker:
                     f"{fix} again")
         from ..harness import changed_helpers  # config and hashing: not in plain runs
 
-        changed = changed_helpers(self.prepared.suite.reference.settings.root, record.helpers)
+        changed = changed_helpers(self.prepared.suite.reference.settings.root, record.helpers,
+                                  self.helper_digests)
         if changed:
             return (f"test code it uses changed since the reference was recorded "
                     f"({', '.join(changed)}); {fix} again")

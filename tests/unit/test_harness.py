@@ -130,3 +130,16 @@ def test_the_key_s_test_code_is_every_python_file_under_the_test_folders(tree: P
     assert [p.relative_to(tree).as_posix() for p in found] == [
         "tests/conftest.py", "tests/models/test_net.py", "tests/other/conftest.py",
         "tests/other/test_x.py"]
+
+
+def test_helper_digests_are_read_once_per_run_for_every_case_that_shares_them(
+        tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    helper = tmp_path / "tests" / "models.py"
+    helper.write_text("SCALE = 1\n")
+    stored = helper_digests(tmp_path, [helper])
+    known: dict[Path, str] = {}
+    assert changed_helpers(tmp_path, stored, known) == []
+    helper.write_text("SCALE = 2\n")  # within one run, the digest read first stands
+    assert changed_helpers(tmp_path, stored, known) == []
+    assert changed_helpers(tmp_path, stored) == ["tests/models.py"]  # a new run reads again
