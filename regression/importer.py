@@ -105,7 +105,7 @@ def verify_origins(packages: Sequence[str], root: Path) -> None:
         )
 
 
-def _library_folders() -> tuple[Path, ...]:
+def library_folders() -> tuple[Path, ...]:
     """The standard library and site-packages of this interpreter (a venv may sit in the
     project folder: what is installed there is not the user's working tree)."""
     import site
@@ -126,7 +126,7 @@ def stray_modules(project: Path, allowed: Sequence[Path], allowed_files: Sequenc
     harness, and so is this package itself (it may be developed inside the project).
     """
     project = project.resolve()
-    folders = tuple(p.resolve() for p in allowed) + _library_folders() + (_THIS_PACKAGE,)
+    folders = tuple(p.resolve() for p in allowed) + library_folders() + (_THIS_PACKAGE,)
     files = {p.resolve() for p in allowed_files}
     stray = {}
     for name, module in sorted(sys.modules.items()):
@@ -191,7 +191,7 @@ class TreeWatch:
                  subject: Sequence[Path], tests: Sequence[Path]) -> None:
         self.project = project.resolve()
         self.prefix = str(self.project) + os.sep
-        self.free = tuple(p.resolve() for p in free) + _library_folders() + (_THIS_PACKAGE,)
+        self.free = tuple(p.resolve() for p in free) + library_folders() + (_THIS_PACKAGE,)
         self.free_files = frozenset(p.resolve() for p in free_files)
         self.subject = tuple(p.resolve() for p in subject)
         self.tests = tuple(p.resolve() for p in tests)

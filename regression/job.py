@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, RegressionError, error_data
+from .scratch import read_regular_file
+
+MAX_JOB_BYTES = 64 << 20
+"""A job names cases and environment parts: far below this."""
 
 JOB_ENV = "REGRESSION_JOB"
 COLLECT = "collect"
@@ -136,12 +139,8 @@ def current_job() -> Job | None:
 
 
 def _read_regular(path: Path) -> str:
-    """The text of a regular file, opened without blocking (a pipe would hang the run)."""
-    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(handle, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(handle).st_mode):
-            raise ValueError("not a regular file")
-        return stream.read().decode("utf-8")
+    """The text of a job file: a regular file, read without blocking (a pipe would hang)."""
+    return read_regular_file(path, MAX_JOB_BYTES).decode("utf-8")
 
 
 def _checked(data: object) -> Job:

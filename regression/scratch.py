@@ -3,6 +3,7 @@ killed runs left are removed by the next run, and nothing that is not provably o
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -86,16 +87,28 @@ def run_owner(folder: Path) -> int | None:
 
 
 def _small_regular_file(path: Path) -> str | None:
-    """The text of a regular file (not a link, a pipe or anything big), read without
-    blocking; None when it is not one."""
+    """The ASCII text of a small regular file; None when it is no such file."""
+    try:
+        return read_regular_file(path, 200).decode("ascii")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """Up to `limit` bytes of a regular file, opened without following a link or waiting on
+    a pipe; ValueError when `path` is no regular file, OSError when it cannot be opened or
+    is a folder."""
     handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(handle).st_mode):
-            return None
-        data = os.read(handle, 200)
+        mode = os.fstat(handle).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise ValueError("not a regular file")
+        blocks = []
+        while limit > 0 and (block := os.read(handle, min(limit, 1 << 20))):
+            blocks.append(block)
+            limit -= len(block)
+        return b"".join(blocks)
     finally:
         os.close(handle)
-    try:
-        return data.decode("ascii")
-    except UnicodeDecodeError:
-        return None
