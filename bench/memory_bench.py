@@ -52,9 +52,9 @@ def output_tensor(size_mib: int, changed: bool) -> object:
 def run_scenario(scenario: str, size_mib: int, cache_dir: Path, baseline: bool) -> None:
     """One scenario in this process: make the output, then (unless baseline) check it."""
     from regression import determinism
-    from regression.cache import CaseRecord, Entry
+    from regression.store.cache import CaseRecord, Entry
     from regression.config import Determinism
-    from regression.fixture import CheckSink, RecordSink, Regression
+    from regression.plugin.fixture import CheckSink, RecordSink, Regression
 
     settings = Determinism()
     determinism.apply(settings)  # as the plugin does before each case

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import RegressionError
+from regression.errors import RegressionError
 
 if TYPE_CHECKING:
-    from .config import Settings, load_settings
+    from regression.config import Settings, load_settings
 
 __all__ = ["RegressionError", "Settings", "load_settings"]
 __version__ = "0.1.0"
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     """Settings and load_settings, imported on first use (they need PyYAML)."""
     if name in ("Settings", "load_settings"):
-        from . import config
+        from regression import config
 
         return getattr(config, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

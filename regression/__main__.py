@@ -1,5 +1,5 @@
 """`python -m regression init`: the same as the `torch-regression` command."""
 
-from .cli import main
+from regression.cli.main import main
 
 raise SystemExit(main())

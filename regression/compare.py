@@ -9,8 +9,8 @@ from typing import Iterator
 
 import torch
 
-from .store import float_bits, path_label
-from .tensordiff import CHUNK, headline, report_lines, scan
+from regression.store.codec import float_bits, path_label
+from regression.tensordiff import CHUNK, headline, report_lines, scan
 
 
 @dataclass(frozen=True)

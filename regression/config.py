@@ -12,8 +12,8 @@ from typing import Any, Mapping, TypeVar
 
 import yaml
 
-from .errors import ConfigError
-from .yamlfile import Lined, YamlProblem, parse
+from regression.errors import ConfigError
+from regression.yamlfile import Lined, YamlProblem, parse
 
 CONFIG_NAME = "config.yaml"
 CACHE_DIR_ENV = "REGRESSION_CACHE_DIR"

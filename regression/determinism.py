@@ -9,8 +9,8 @@ import sys
 
 import xxhash
 
-from .config import Determinism
-from .errors import DeterminismError
+from regression.config import Determinism
+from regression.errors import DeterminismError
 
 CUBLAS_WORKSPACE = ":4096:8"
 

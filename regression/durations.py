@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Mapping
 
-from .errors import ShardError
-from .files import write_atomic
+from regression.errors import ShardError
+from regression.store.files import write_atomic
 
 
 def read_durations(path: Path) -> dict[str, float]:

@@ -12,9 +12,9 @@ from typing import Iterable, Mapping
 
 import xxhash
 
-from .config import Settings
-from .determinism import no_cuda_message
-from .errors import DeterminismError
+from regression.config import Settings
+from regression.determinism import no_cuda_message
+from regression.errors import DeterminismError
 
 FORMAT_VERSION = "2"
 """2: each case stores the digests of the helpers its tests used (older entries lack them)."""

@@ -6,7 +6,7 @@ import errno
 import os
 from pathlib import Path
 
-from .errors import ConfigError
+from regression.errors import ConfigError
 
 OUTPUT = "GITHUB_OUTPUT"
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import struct
 
-from .errors import StoreError
+from regression.errors import StoreError
 
 MAX_DEPTH = 100
 """How deep lists, tuples and dicts may nest in a checked value (the value itself is level 0)."""

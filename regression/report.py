@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 if TYPE_CHECKING:
-    from .compare import Difference
-    from .runner import Generation
+    from regression.compare import Difference
+    from regression.run.api import Generation
 
 IDENTICAL = "identical"
 CHANGED = "changed"

@@ -15,8 +15,8 @@ from typing import Iterator, Mapping
 import git
 import xxhash
 
-from .errors import GitError, RevisionError
-from .scratch import pid_alive
+from regression.errors import GitError, RevisionError
+from regression.store.scratch import pid_alive
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RegressionError
+from regression.errors import RegressionError
 
 
 @dataclass(frozen=True)

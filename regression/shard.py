@@ -9,7 +9,7 @@ from typing import Iterable, Mapping
 
 import xxhash
 
-from .errors import ShardError
+from regression.errors import ShardError
 
 
 MAX_SHARDS = 1000

@@ -30,9 +30,9 @@ import warm_python
 from helpers import Repo, output
 
 from regression import inventory
-from regression.cache import CaseRecord, Entry, Output
+from regression.store.cache import CaseRecord, Entry, Output
 from regression.errors import CacheError, StoreError
-from regression.files import MAX_RECORD, dump_verified, load_verified, verify_safetensors
+from regression.store.files import MAX_RECORD, dump_verified, load_verified, verify_safetensors
 from regression.fingerprint import digest
 
 PARTS = {"format": "1", "reference": "0123456789abcdef" * 2 + "01234567", "threads": "1"}

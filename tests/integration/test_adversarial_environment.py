@@ -17,9 +17,9 @@ from helpers import SUBJECT, Mounts, Repo, output
 from invoke import Program
 
 from regression.errors import ConfigError
-from regression.job import JOB_ENV, current_job
-from regression.scratch import MARKER, remove_stale, scratch_folder
-from regression.tasks import ns
+from regression.run.job import JOB_ENV, current_job
+from regression.store.scratch import MARKER, remove_stale, scratch_folder
+from regression.cli.tasks import ns
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from helpers import Repo, init_repo, output
 
-from regression.cli import main
+from regression.cli.main import main
 from regression.config import load_settings
 
 WORKFLOW = ".github/workflows/regression.yml"

@@ -173,7 +173,7 @@ def test_a_worker_that_crashes_in_a_case_is_an_error_naming_it(crash_repo: Repo)
 
 
 RELAYING = """\
-from regression.modes.relay import LINE, PLUGIN, in_worker
+from regression.plugin.relay import LINE, PLUGIN, in_worker
 
 
 def pytest_collection_modifyitems(config, items):

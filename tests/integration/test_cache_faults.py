@@ -16,7 +16,7 @@ from typing import Callable
 import pytest
 from helpers import Mounts, Repo, fill, make_subject_repo, output
 
-from regression.files import dump_verified, load_verified
+from regression.store.files import dump_verified, load_verified
 from regression.fingerprint import digest
 
 MANY_CASES = """\
@@ -144,8 +144,8 @@ def test_records_are_checked_without_importing_torch(repo: Repo) -> None:
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from regression.cache import Entry\n"
-        "from regression.files import load_verified\n"
+        "from regression.store.cache import Entry\n"
+        "from regression.store.files import load_verified\n"
         "entry = Entry.from_directory(Path(sys.argv[1]))\n"
         "nodeid = load_verified(entry.stored_cases()[0])['nodeid']\n"
         "assert entry.valid_harness(nodeid) and entry.faults() == []\n"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from regression.cache import CaseRecord
+from regression.store.cache import CaseRecord
 from regression.errors import StoreError
-from regression.fixture import CheckSink, RecordSink, Regression
+from regression.plugin.fixture import CheckSink, RecordSink, Regression
 from test_fixture import _tf32_off, current, stored_and_loaded  # noqa: F401 - _tf32_off: an
 # autouse fixture (TF32 and reduced-precision reductions off)
 

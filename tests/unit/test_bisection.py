@@ -1,11 +1,11 @@
-"""Tests of regression.bisect's search over a history held in memory: each case's first
+"""Tests of regression.diagnose.bisect's search over a history held in memory: each case's first
 commit, ranges hidden by skipped commits, commits reused between searches, progress."""
 
 from __future__ import annotations
 
 import torch
 
-from regression.bisect import Bisection, _differences, _Recorder, _Search, _steps_left
+from regression.diagnose.bisect import Bisection, _differences, _Recorder, _Search, _steps_left
 
 FAILS = None  # the case fails at that commit
 UNREPRODUCED = float("nan")  # stored as nondeterministic at that commit

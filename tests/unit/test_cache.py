@@ -1,4 +1,4 @@
-"""Tests of regression.cache: entries, their identity, and stored cases."""
+"""Tests of regression.store.cache: entries, their identity, and stored cases."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import filelock
 import pytest
 import torch
 
-from regression.cache import (
+from regression.store.cache import (
     ABSENT,
     GITIGNORE,
     RECORDED,
@@ -27,7 +27,7 @@ from regression.cache import (
 )
 from regression.compare import compare
 from regression.errors import CacheError, NoSpaceError, ReadOnlyError, StoreError
-from regression.files import dump_verified, load_verified, write_atomic
+from regression.store.files import dump_verified, load_verified, write_atomic
 from regression.fingerprint import digest
 from regression.nodes import MAX_DEPTH
 
@@ -433,7 +433,7 @@ def test_held_lock_excludes_another_holder(entry: Entry) -> None:
 ])
 def test_record_with_valid_hash_but_bad_shape_is_never_trusted(
         tmp_path: Path, field: str, value: object, problem: str) -> None:
-    from regression.files import dump_verified, load_verified
+    from regression.store.files import dump_verified, load_verified
 
     entry = Entry(tmp_path / "cache", {"part": "1"})
     entry.create()
@@ -574,7 +574,7 @@ def test_a_gitignore_that_cannot_be_written_leaves_no_folder_behind(
     def full(path: Path, data: bytes) -> None:
         raise NoSpaceError(str(path), f"no space left on device: cannot write {path.name}")
 
-    monkeypatch.setattr("regression.cache.write_atomic", full)
+    monkeypatch.setattr("regression.store.cache.write_atomic", full)
     with pytest.raises(NoSpaceError, match="cannot create the cache .*no space left"):
         ensure_cache_root(tmp_path / "cache")
     assert not (tmp_path / "cache").exists()  # so the next run makes it, .gitignore and all
@@ -680,13 +680,13 @@ def test_touch_of_a_cache_that_cannot_be_written_is_skipped(
     def read_only(*args: object, **kwargs: object) -> int:
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr("regression.cache.os.open", read_only)
+    monkeypatch.setattr("regression.store.cache.os.open", read_only)
     assert entry.touch() is False
 
 
 def test_the_lock_of_a_read_only_cache_is_an_error_that_names_the_folder(
         entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("regression.cache.os.access", lambda *args, **kwargs: False)
+    monkeypatch.setattr("regression.store.cache.os.access", lambda *args, **kwargs: False)
     with pytest.raises(ReadOnlyError) as raised:
         with entry.lock():
             pass
@@ -701,7 +701,7 @@ def test_a_full_disk_while_creating_an_entry_names_the_folder_and_leaves_no_entr
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("regression.files.os.replace", full)
+    monkeypatch.setattr("regression.store.files.os.replace", full)
     with pytest.raises(NoSpaceError) as raised:
         entry.create()
     message = str(raised.value)
@@ -717,7 +717,7 @@ def test_a_full_disk_while_writing_tensors_is_not_blamed_on_the_dtypes(
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("regression.store._write", full)
+    monkeypatch.setattr("regression.store.codec._write", full)
     with pytest.raises(NoSpaceError) as raised:
         entry.save_case(recorded_case())
     message = str(raised.value)
@@ -732,7 +732,7 @@ def test_a_full_disk_while_writing_a_case_record_leaves_the_case_missing(
     def full(path: Path, data: bytes) -> None:
         raise NoSpaceError(str(path), f"no space left on device: cannot write {path.name}")
 
-    monkeypatch.setattr("regression.cache.write_atomic", full)
+    monkeypatch.setattr("regression.store.cache.write_atomic", full)
     with pytest.raises(NoSpaceError) as raised:
         entry.save_case(recorded_case())
     assert f"cannot store the reference of {NODEID}: no space left" in str(raised.value)

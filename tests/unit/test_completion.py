@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from regression.completion import FINISHED, Completion, settle, still_running
+from regression.run.completion import FINISHED, Completion, settle, still_running
 from regression.errors import RunIncompleteError
 
 PASSED = {FINISHED: Completion(0, 2).data()}

@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from regression.explain import explain, explanation_lines
-from regression.trace import Trace, Tracer, read_trace, write_outputs
+from regression.diagnose.explain import explain, explanation_lines
+from regression.diagnose.trace import Trace, Tracer, read_trace, write_outputs
 
 
 class Mix(nn.Module):

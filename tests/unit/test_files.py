@@ -1,4 +1,4 @@
-"""Tests of regression.files: atomic writes and self-verifying files."""
+"""Tests of regression.store.files: atomic writes and self-verifying files."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from safetensors.torch import save
 
 from crafted_files import CRAFTED, craft, entry
 from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
-from regression.files import (
+from regression.store.files import (
     dump_verified,
     load_verified,
     read_checked,
@@ -131,7 +131,7 @@ def test_write_atomic_removes_its_temporary_file_on_failure(
     def fail(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("regression.files.os.replace", fail)
+    monkeypatch.setattr("regression.store.files.os.replace", fail)
     with pytest.raises(NoSpaceError):
         write_atomic(path, b"new")
     assert path.read_bytes() == b"old"

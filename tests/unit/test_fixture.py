@@ -1,4 +1,4 @@
-"""Tests of regression.fixture: the case's own inputs, check(), and both sinks."""
+"""Tests of regression.plugin.fixture: the case's own inputs, check(), and both sinks."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from regression.cache import ABSENT, CaseRecord, Entry, Output
+from regression.store.cache import ABSENT, CaseRecord, Entry, Output
 from regression.compare import compare
 from regression.config import Determinism
 from regression.determinism import REDUCED_PRECISION
 from regression.errors import DeterminismError, StoreError
-from regression.fixture import CheckSink, RecordSink, Regression, snapshot
+from regression.plugin.fixture import CheckSink, RecordSink, Regression, snapshot
 
 NODEID = "tests/test_model.py::test_forward"
 
@@ -286,7 +286,7 @@ def test_check_sink_compares_against_inputs_drawn_the_same_way() -> None:
 
 
 def test_randint_takes_an_int_size() -> None:
-    from regression.fixture import RecordSink, Regression
+    from regression.plugin.fixture import RecordSink, Regression
 
     drawn = Regression("t.py::x", current(), RecordSink()).randint(0, 10, 5)
     assert drawn.shape == (5,) and drawn.dtype == torch.int64

@@ -1,4 +1,4 @@
-"""Tests of regression.importer: the subject is imported from the reference worktree only."""
+"""Tests of regression.plugin.importer: the subject is imported from the reference worktree only."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from regression.errors import ImportRedirectError, StrayImportError
-from regression.importer import (
+from regression.plugin.importer import (
     SubjectRedirect,
     TreeWatch,
     foreign_modules,

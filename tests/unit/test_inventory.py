@@ -1,4 +1,4 @@
-"""Tests of regression.inventory: parsing options, listing, verifying, pruning and clearing."""
+"""Tests of regression.store.inventory: parsing options, listing, verifying, pruning and clearing."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import filelock
 import pytest
 import torch
 
-from regression.cache import CaseRecord, Entry, Output
+from regression.store.cache import CaseRecord, Entry, Output
 from regression.errors import ReadOnlyError, RegressionError
-from regression.inventory import (
+from regression.store.inventory import (
     EntryInfo,
     clear,
     entries,
@@ -398,7 +398,7 @@ def test_remove_entry_refuses_what_is_not_provably_an_entry(cache: Path, tmp_pat
 def test_clearing_a_read_only_cache_is_an_error_that_names_the_folder(
         cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     entry = make_entry(cache)
-    monkeypatch.setattr("regression.cache.os.access", lambda *args, **kwargs: False)
+    monkeypatch.setattr("regression.store.cache.os.access", lambda *args, **kwargs: False)
     with pytest.raises(ReadOnlyError) as raised:
         clear(cache)
     message = str(raised.value)

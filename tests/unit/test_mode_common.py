@@ -1,4 +1,4 @@
-"""Tests of regression.modes.common: how a failure at the reference is described."""
+"""Tests of regression.plugin.common: how a failure at the reference is described."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from regression.modes.common import exception_reason, shown_path, traceback_frames
+from regression.plugin.common import exception_reason, shown_path, traceback_frames
 
 
 def _raised(error: BaseException) -> BaseException:

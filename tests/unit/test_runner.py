@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from regression.config import CACHE_DIR_ENV, Settings
-from regression.job import JOB_ENV
-from regression.runner import _child_environment, _started_as_pytest
+from regression.run.job import JOB_ENV
+from regression.run.api import _child_environment, _started_as_pytest
 
 
 def _state() -> tuple[str, list[str], dict[str, str], bool]:

@@ -1,4 +1,4 @@
-"""Tests of regression.scratch: which process ids count as a run still going."""
+"""Tests of regression.store.scratch: which process ids count as a run still going."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from regression.scratch import pid_alive
+from regression.store.scratch import pid_alive
 
 
 def test_this_process_runs() -> None:

@@ -1,4 +1,4 @@
-"""Tests of regression.store: exact round trips of nested outputs, and refusals."""
+"""Tests of regression.store.codec: exact round trips of nested outputs, and refusals."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from regression.compare import compare
 from regression.errors import StoreError
 from regression.fingerprint import digest
 from regression.nodes import MAX_DEPTH, tensor_names
-from regression.store import (
+from regression.store.codec import (
     Encoder,
     decode,
     path_label,

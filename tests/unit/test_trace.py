@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from regression.trace import Tracer, read_trace, write_outputs
+from regression.diagnose.trace import Tracer, read_trace, write_outputs
 
 
 class Scale(nn.Module):

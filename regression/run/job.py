@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, RegressionError, error_data
-from .scratch import read_regular_file
+from regression.errors import ConfigError, RegressionError, error_data
+from regression.store.scratch import read_regular_file
 
 MAX_JOB_BYTES = 64 << 20
 """A job names cases and environment parts: far below this."""

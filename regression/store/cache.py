@@ -14,10 +14,10 @@ from typing import Any, Mapping
 
 import xxhash
 
-from .errors import CacheError, CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
-from .fingerprint import FORMAT_VERSION, differing_parts, key_of
-from .files import dump_verified, load_verified, verify_safetensors, write_atomic, write_error
-from .nodes import tensor_names
+from regression.errors import CacheError, CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
+from regression.fingerprint import FORMAT_VERSION, differing_parts, key_of
+from regression.store.files import dump_verified, load_verified, verify_safetensors, write_atomic, write_error
+from regression.nodes import tensor_names
 
 RECORDED = "recorded"
 ABSENT = "absent"
@@ -338,7 +338,7 @@ class Entry:
 
     def save_case(self, record: CaseRecord) -> None:
         """Store one case atomically: tensors first, then the record that names them."""
-        from .store import Encoder
+        from regression.store.codec import Encoder
 
         self.require_own_folders()
         cid = case_id(record.nodeid)
@@ -361,7 +361,7 @@ class Entry:
     def _write_case(self, cid: str, body: dict[str, object], tensors: Mapping[str, Any]
                     ) -> str | None:
         """Write the tensors, then the record that names them; the tensor file's name."""
-        from .store import save_tensors
+        from regression.store.codec import save_tensors
 
         tensor_file = None
         if tensors:
@@ -412,7 +412,7 @@ class Entry:
 
     def load_case(self, nodeid: str) -> CaseRecord | None:
         """The stored case, None when there is none; StoreError when it cannot be trusted."""
-        from .store import decode, tensors_from_file
+        from regression.store.codec import decode, tensors_from_file
 
         loaded = self._load_body(nodeid)
         if loaded is None:

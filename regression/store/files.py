@@ -12,11 +12,11 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from . import strictjson
-from .errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
-from .fingerprint import content_hasher, digest
-from .nodes import MAX_DEPTH
-from .tensorfile import LENGTH_BYTES, header_length, parse_header
+from regression import strictjson
+from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
+from regression.fingerprint import content_hasher, digest
+from regression.nodes import MAX_DEPTH
+from regression.store.tensorfile import LENGTH_BYTES, header_length, parse_header
 
 _HEADER = b"torch-regression "
 MAX_RECORD = 256 << 20

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .errors import RegressionError
+from regression.errors import RegressionError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="the runner labels CI uses, comma-separated (default: ubuntu-latest,"
                            " or self-hosted,gpu with --device cuda)")
     options = parser.parse_args(argv)
-    from .init import Options, init as write_files
+    from regression.cli.init import Options, init as write_files
 
     chosen = Options(options.shards, options.python, options.device, options.runner)
     try:

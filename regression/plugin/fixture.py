@@ -6,13 +6,13 @@ from typing import Protocol, Sequence
 
 import torch
 
-from .cache import ABSENT, CaseRecord, Output
-from .compare import Difference, compare
-from .config import Determinism
-from .determinism import case_seed, require_unchanged
-from .errors import StoreError
-from .report import changed_detail, mismatch_message
-from .store import Encoder, decode
+from regression.store.cache import ABSENT, CaseRecord, Output
+from regression.compare import Difference, compare
+from regression.config import Determinism
+from regression.determinism import case_seed, require_unchanged
+from regression.errors import StoreError
+from regression.report import changed_detail, mismatch_message
+from regression.store.codec import Encoder, decode
 
 
 def snapshot(value: object, copy: bool = True) -> object:

@@ -25,9 +25,9 @@ from typing import IO, Any, Callable, Iterator, Mapping
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .fingerprint import digest
-from .nodes import MAX_DEPTH
-from .store import Encoder, decode, save_tensors, tensors_digest, tensors_from_file, unwritable
+from regression.fingerprint import digest
+from regression.nodes import MAX_DEPTH
+from regression.store.codec import Encoder, decode, save_tensors, tensors_digest, tensors_from_file, unwritable
 
 CALLS = "calls.jsonl"
 STATES = "states.jsonl"

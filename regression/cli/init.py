@@ -12,8 +12,8 @@ from typing import Callable
 
 import yaml
 
-from .errors import RegressionError
-from .revision import git_process
+from regression.errors import RegressionError
+from regression.revision import git_process
 
 Echo = Callable[[str], None]
 # Top-level folders that hold no package of the library itself.

@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Any, Generator, NoReturn
 
 import pytest
 
-from .. import github
-from ..completion import END, FINISHED, START, Completion
-from ..errors import RegressionError, StoreError, error_from_data
-from ..job import GEN_ONLY, Job
-from ..report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
+from regression import github
+from regression.run.completion import END, FINISHED, START, Completion
+from regression.errors import RegressionError, StoreError, error_from_data
+from regression.run.job import GEN_ONLY, Job
+from regression.report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
     generation_lines, github_annotations, markdown_summary, not_run_lines, summary_lines
-from .common import crash_reason, exception_reason, report_reason, traceback_frames, uses_fixture
-from .relay import LINE, REFUSAL, attach, in_worker
+from regression.plugin.common import crash_reason, exception_reason, report_reason, traceback_frames, uses_fixture
+from regression.plugin.relay import LINE, REFUSAL, attach, in_worker
 
 if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
-    from ..cache import CaseRecord, Entry
-    from ..config import Settings
-    from ..fixture import CheckSink, Regression
-    from .prepare import Prepared
+    from regression.store.cache import CaseRecord, Entry
+    from regression.config import Settings
+    from regression.plugin.fixture import CheckSink, Regression
+    from regression.plugin.prepare import Prepared
 
 WORKER_KEY = "torch_regression"
 CHECKED_NOTHING = ("the test called regression.check() zero times, so it checks nothing; "
@@ -93,8 +93,8 @@ class Checker:
         record mode applies before importing the subject, and the subject's origin (compare)."""
         if self.job is None:
             return
-        from .. import determinism
-        from ..importer import install_redirect
+        from regression import determinism
+        from regression.plugin.importer import install_redirect
 
         if not self.gen_only:
             self._require_step_summary()
@@ -120,7 +120,7 @@ class Checker:
         """config.yaml, read once per run."""
         if self.loaded_settings is not None:
             return self.loaded_settings
-        from ..config import find_config, load_settings
+        from regression.config import find_config, load_settings
 
         try:
             path = Path(self.job.config) if self.job else find_config(self.config.rootpath)
@@ -133,7 +133,7 @@ class Checker:
         """config.yaml's settings, or None where there is no usable one (plain pytest in a
         project without it): for hints, never an error."""
         if self.loaded_settings is None and self.job is None:
-            from ..config import find_config, load_settings
+            from regression.config import find_config, load_settings
 
             try:
                 self.loaded_settings = load_settings(find_config(self.config.rootpath))
@@ -258,8 +258,8 @@ class Checker:
     def _recorded_under(self, collectors: dict[str, str]) -> list[tuple[str, str]]:
         """(case, collector) for each case the entry holds as recorded, under one of
         `collectors`, with the harness its test file has now: it exists, and it did run."""
-        from ..cache import RECORDED
-        from ..files import load_verified
+        from regression.store.cache import RECORDED
+        from regression.store.files import load_verified
 
         assert self.prepared is not None
         found = []
@@ -279,7 +279,7 @@ class Checker:
 
     def _expected(self, everything: list[pytest.Item]) -> set[str]:
         """The regression cases this driven run must run: its shard's, or all of them."""
-        from .prepare import shard_cases
+        from regression.plugin.prepare import shard_cases
 
         try:
             return shard_cases(self._settings(), self.job, everything)
@@ -302,8 +302,8 @@ class Checker:
 
     def _prepare(self, everything: list[pytest.Item], selected: set[str],
                  quiet: bool = False) -> Prepared:
-        from .. import determinism
-        from .prepare import prepare, resolve
+        from regression import determinism
+        from regression.plugin.prepare import prepare, resolve
 
         settings = self._settings()
         self.settings: Settings = settings
@@ -364,12 +364,12 @@ class Checker:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if uses_fixture(item) and self.prepared is not None:
-            from .. import determinism
+            from regression import determinism
 
             determinism.apply(self.settings.determinism)
 
     def fixture(self, item: pytest.Item) -> Regression:
-        from ..fixture import CheckSink, Regression
+        from regression.plugin.fixture import CheckSink, Regression
 
         if self.prepared is None:
             pytest.fail("the regression fixture found no reference in this run", pytrace=False)
@@ -401,7 +401,7 @@ class Checker:
             self.outcomes[item.nodeid] = CaseOutcome(item.nodeid, ERROR, problem)
             pytest.fail(problem, pytrace=False)
         assert record is not None
-        from ..cache import NONDETERMINISTIC as UNREPRODUCED
+        from regression.store.cache import NONDETERMINISTIC as UNREPRODUCED
 
         if record.status == UNREPRODUCED:
             self._nondeterministic(item, record)
@@ -413,7 +413,7 @@ class Checker:
         if record.harness != self.prepared.harness.of(item.path):
             return ("the test file or a conftest.py changed since the reference was recorded; "
                     f"{fix} again")
-        from ..harness import changed_helpers  # config and hashing: not in plain runs
+        from regression.harness import changed_helpers  # config and hashing: not in plain runs
 
         changed = changed_helpers(self.prepared.suite.reference.settings.root, record.helpers,
                                   self.helper_digests)
@@ -481,7 +481,7 @@ class Checker:
         otherwise pass unchecked."""
         if item.nodeid in self.outcomes:  # skipped by this plugin: nondeterministic
             return
-        from ..cache import ABSENT, NONDETERMINISTIC as UNREPRODUCED
+        from regression.store.cache import ABSENT, NONDETERMINISTIC as UNREPRODUCED
 
         record, problem = (sink.record, "") if sink is not None else self._stored(item.nodeid)
         if record is not None and record.status == ABSENT:
@@ -690,7 +690,7 @@ class Checker:
     def _store_durations(self) -> None:
         durations_path = self.config.getoption("regression_durations")
         if durations_path and self.durations:
-            from ..durations import store_durations
+            from regression.durations import store_durations
 
             try:
                 store_durations(Path(durations_path), self.durations)
@@ -702,7 +702,7 @@ class Checker:
         candidate's worktree), not an installed copy."""
         if self.prepared is None or not self.sinks:
             return
-        from ..importer import verify_origins
+        from regression.plugin.importer import verify_origins
 
         root = self.subject_root or self.settings.root / self.settings.subject_path
         try:

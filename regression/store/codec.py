@@ -10,13 +10,13 @@ from typing import IO, Any, Iterator
 
 import torch
 
-from .errors import StoreError
-from .files import read_checked, temporary_file
-from .fingerprint import content_hasher
-from .nodes import MAX_DEPTH, deep_label, float_from_bits
-from .nodes import float_bits as float_bits  # compare.py and tests read them from here
-from .nodes import path_label as path_label
-from .tensorfile import LENGTH_BYTES, Slot, build_header, header_length, parse_header
+from regression.errors import StoreError
+from regression.store.files import read_checked, temporary_file
+from regression.fingerprint import content_hasher
+from regression.nodes import MAX_DEPTH, deep_label, float_from_bits
+from regression.nodes import float_bits as float_bits  # compare.py and tests read them from here
+from regression.nodes import path_label as path_label
+from regression.store.tensorfile import LENGTH_BYTES, Slot, build_header, header_length, parse_header
 
 Node = dict[str, Any]
 

@@ -17,20 +17,20 @@ from typing import Any, Callable, Iterator, NoReturn, Protocol, Sequence
 
 import git
 
-from . import shard
-from .cache import NONDETERMINISTIC, Entry, StoredHarness
-from .completion import settle
-from .config import CACHE_DIR_ENV, Settings
-from .durations import read_durations
-from .errors import CacheError, CacheWriteError, CollectionError, \
+from regression import shard
+from regression.store.cache import NONDETERMINISTIC, Entry, StoredHarness
+from regression.run.completion import settle
+from regression.config import CACHE_DIR_ENV, Settings
+from regression.durations import read_durations
+from regression.errors import CacheError, CacheWriteError, CollectionError, \
     ImportRedirectError, ReadOnlyError, RegressionError, RunIncompleteError, StoreError, \
     SubjectImportError, error_from_data
-from .fingerprint import digest, files_digest
-from .harness import changed_helpers, python_files_under
-from .job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, PROGRESS, RECORD, Job
-from .scratch import scratch_folder
-from .shard import ShardSpec
-from .revision import describe, git_environment, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
+from regression.fingerprint import digest, files_digest
+from regression.harness import changed_helpers, python_files_under
+from regression.run.job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, PROGRESS, RECORD, Job
+from regression.store.scratch import scratch_folder
+from regression.shard import ShardSpec
+from regression.revision import describe, git_environment, open_repo, prune_stale_worktrees, reference_worktree, resolve_revision, \
     short
 
 Echo = Callable[[str], None]

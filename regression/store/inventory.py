@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import ENTRY_FILE, Entry, EntryLock, lock_path, remove_folder, stranger, with_fix
-from .errors import CacheError, CacheWriteError, RegressionError
-from .revision import short
+from regression.store.cache import ENTRY_FILE, Entry, EntryLock, lock_path, remove_folder, stranger, with_fix
+from regression.errors import CacheError, CacheWriteError, RegressionError
+from regression.revision import short
 
 _ENTRY_NAME = re.compile(r"[0-9a-f]{32}")  # only such names are listed; only proven entries go
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

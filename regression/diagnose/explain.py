@@ -18,13 +18,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .compare import Difference, compare, compare_outputs, compare_tensors
-from .tensordiff import Layout, aligned, layout
+from regression.compare import Difference, compare, compare_outputs, compare_tensors
+from regression.tensordiff import Layout, aligned, layout
 
 if TYPE_CHECKING:
     import torch
 
-    from .trace import Call, Trace
+    from regression.diagnose.trace import Call, Trace
 
 AROUND = 4
 """Calls shown before and after the module found, in the order calls start."""
@@ -300,7 +300,7 @@ def _window(calls: list[Call], found: Call, verdicts: _Verdicts) -> list[tuple[C
 
 def explanation_lines(result: Explanation, case: str, reference: str) -> list[str]:
     """What explain found, for the terminal."""
-    from .report import changed_detail
+    from regression.report import changed_detail
 
     lines = [f"{case}: traced {result.calls[0]} module calls at the reference {reference}, "
              f"{result.calls[1]} in the working tree"]

@@ -9,16 +9,16 @@ from typing import Callable
 
 import pytest
 
-from ..cache import Entry
-from ..config import Settings
-from ..durations import read_durations
-from ..fingerprint import environment_parts
-from ..harness import HarnessDigests, extra_harness_files
-from ..job import GEN_NEVER, GEN_ONLY, Job
-from ..revision import open_repo, resolve_revision
-from ..runner import Generation, Reference, Suite, generate, require_valid
-from ..shard import parse_shard, select
-from .common import uses_fixture
+from regression.store.cache import Entry
+from regression.config import Settings
+from regression.durations import read_durations
+from regression.fingerprint import environment_parts
+from regression.harness import HarnessDigests, extra_harness_files
+from regression.run.job import GEN_NEVER, GEN_ONLY, Job
+from regression.revision import open_repo, resolve_revision
+from regression.run.api import Generation, Reference, Suite, generate, require_valid
+from regression.shard import parse_shard, select
+from regression.plugin.common import uses_fixture
 
 Echo = Callable[[str], None]
 

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import RunIncompleteError
+from regression.errors import RunIncompleteError
 
 FINISHED = "finished"
 """The key of the completion record in a check run's result."""

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from ..config import load_settings
-from ..errors import RegressionError
-from ..fingerprint import environment_parts
-from ..harness import HarnessDigests, extra_harness_files
-from ..importer import install_redirect, verify_origins
-from ..job import Job
-from .common import uses_fixture
+from regression.config import load_settings
+from regression.errors import RegressionError
+from regression.fingerprint import environment_parts
+from regression.harness import HarnessDigests, extra_harness_files
+from regression.plugin.importer import install_redirect, verify_origins
+from regression.run.job import Job
+from regression.plugin.common import uses_fixture
 
 
 class Collector:
@@ -27,7 +27,7 @@ class Collector:
     def start(self) -> None:
         """Before conftests load: kernel settings that are part of the key, and the
         candidate's subject origin, for `invoke compare`."""
-        from .. import determinism
+        from regression import determinism
 
         try:
             determinism.prepare_process(self.settings.device)

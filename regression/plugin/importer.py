@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import ImportRedirectError, StrayImportError
+from regression.errors import ImportRedirectError, StrayImportError
 
 
 def _is_subject(name: str, packages: Sequence[str]) -> bool:

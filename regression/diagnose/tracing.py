@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from .errors import CollectionError, RegressionError
-from .runner import Reference, collect, matching_cases, trace_case
-from .selection import unknown_case
-from .trace import Trace, read_trace
+from regression.errors import CollectionError, RegressionError
+from regression.run.api import Reference, collect, matching_cases, trace_case
+from regression.selection import unknown_case
+from regression.diagnose.trace import Trace, read_trace
 
 Echo = Callable[[str], None]
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .cache import ABSENT, NONDETERMINISTIC, Entry
-from .errors import RegressionError
-from .revision import git_process, run_git, short
-from .runner import Reference, Suite, find_nondeterministic, generate
+from regression.store.cache import ABSENT, NONDETERMINISTIC, Entry
+from regression.errors import RegressionError
+from regression.revision import git_process, run_git, short
+from regression.run.api import Reference, Suite, find_nondeterministic, generate
 
 if TYPE_CHECKING:
-    from .compare import Difference
+    from regression.compare import Difference
 
 Echo = Callable[[str], None]
 Outputs = dict[str, object]
@@ -190,7 +190,7 @@ def _differences(before: dict[str, Outputs], after: dict[str, Outputs]
                  ) -> dict[str, Differences]:
     """The cases of both whose outputs differ, each with every differing output's
     differences."""
-    from .compare import compare_outputs
+    from regression.compare import compare_outputs
 
     found = {case: compare_outputs(outputs, after[case]) for case, outputs in before.items()
              if case in after}
@@ -414,7 +414,7 @@ def bisection_lines(result: Bisection, subject_line: Callable[[str], str]) -> li
 def _first_commit_lines(result: Bisection, change: Change,
                         subject_line: Callable[[str], str]) -> list[str]:
     """One commit changed every case: its first case in full, the others in one line."""
-    from .report import changed_detail, mismatch_message
+    from regression.report import changed_detail, mismatch_message
 
     good = short(result.good)
     lines = [f"first commit whose outputs differ from good {good}: {short(change.sha)} "
@@ -433,7 +433,7 @@ def _change_lines(result: Bisection, change: Change,
                   subject_line: Callable[[str], str]) -> list[str]:
     """A commit and the cases it changed, one line each; or, where skipped commits hide
     which commit it was, the range and why."""
-    from .report import changed_detail
+    from regression.report import changed_detail
 
     cases = [f"    {case}: {changed_detail(changed)}" for case, changed in change.cases.items()]
     if not change.hidden:

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Union
 
 import pytest
 
-from .errors import RegressionError
-from .job import CHECK, RECORD, current_job
+from regression.errors import RegressionError
+from regression.run.job import CHECK, RECORD, current_job
 
 if TYPE_CHECKING:  # each mode is imported only in the runs that use it
-    from .modes.check import Checker
-    from .modes.collect import Collector
-    from .modes.record import Recorder
+    from regression.plugin.check import Checker
+    from regression.plugin.collect import Collector
+    from regression.plugin.record import Recorder
 
     Mode = Union[Checker, Collector, Recorder]
 
@@ -43,15 +43,15 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         raise pytest.UsageError(f"torch-regression: {exc}") from None
     mode: Mode
     if job is None or job.mode == CHECK:
-        from .modes.check import Checker
+        from regression.plugin.check import Checker
 
         mode = Checker(early_config, job)
     elif job.mode == RECORD:
-        from .modes.record import Recorder
+        from regression.plugin.record import Recorder
 
         mode = Recorder(job)
     else:
-        from .modes.collect import Collector
+        from regression.plugin.collect import Collector
 
         mode = Collector(job)
     early_config.pluginmanager.register(mode, MODE_PLUGIN)

@@ -11,21 +11,21 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
-from .. import determinism
-from ..cache import ABSENT, CaseRecord, Entry
-from ..config import load_settings
-from ..errors import DeterminismError, RegressionError
-from ..fingerprint import environment_parts
-from ..harness import extra_harness_files, helper_digests
-from ..importer import TreeWatch, install_redirect, require_own_files, stop_watching, \
+from regression import determinism
+from regression.store.cache import ABSENT, CaseRecord, Entry
+from regression.config import load_settings
+from regression.errors import DeterminismError, RegressionError
+from regression.fingerprint import environment_parts
+from regression.harness import extra_harness_files, helper_digests
+from regression.plugin.importer import TreeWatch, install_redirect, require_own_files, stop_watching, \
     stray_modules, verify_origins, watch_tree
-from ..job import PROGRESS, Job
-from .common import crash_reason, exception_reason, report_reason, traceback_frames, \
+from regression.run.job import PROGRESS, Job
+from regression.plugin.common import crash_reason, exception_reason, report_reason, traceback_frames, \
     uses_fixture
-from .relay import ERROR, Relay, attach
+from regression.plugin.relay import ERROR, Relay, attach
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
-    from ..fixture import RecordSink, Regression
+    from regression.plugin.fixture import RecordSink, Regression
 
 WORKER_KEY = "torch_regression_recorded"
 _PYTEST_SETTINGS = ("pyproject.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
@@ -177,7 +177,7 @@ class Recorder:
         """`invoke explain`: every module call of the case's body goes into its trace."""
         if not self.job.trace:
             return (yield)
-        from ..trace import Tracer
+        from regression.diagnose.trace import Tracer
 
         with Tracer(Path(self.job.trace), test=getattr(item, "obj", None)) as tracer:
             try:
@@ -186,7 +186,7 @@ class Recorder:
                 self.trace_problem = tracer.problem
 
     def fixture(self, item: pytest.Item) -> Regression:
-        from ..fixture import RecordSink, Regression
+        from regression.plugin.fixture import RecordSink, Regression
 
         sink = self.sinks.setdefault(item.nodeid, RecordSink())
         return Regression(item.nodeid, self.settings.determinism, sink, self.settings.device)
@@ -318,7 +318,7 @@ class Recorder:
 
     def _traced(self) -> dict[str, Any]:
         """Trace mode: the case's checked outputs go next to its trace, not to the cache."""
-        from ..trace import write_outputs
+        from regression.diagnose.trace import write_outputs
 
         if self.trace_problem:
             disk = ("; a trace needs room for every module output of the case in the "
@@ -339,7 +339,7 @@ class Recorder:
     def _differing(self) -> dict[str, list[str]]:
         """Verify mode: the cases whose outputs differ from what the first recording stored,
         each with the names of those outputs (all of them if it no longer ran)."""
-        from ..compare import compare_outputs
+        from regression.compare import compare_outputs
 
         entry = self._entry()
         differ = {}

@@ -1,0 +1,1 @@
+"""The command line: invoke tasks, `torch-regression init` and its entry point."""

@@ -1,0 +1,473 @@
+"""The invoke tasks: thin over the runner; library errors become Exit here and only here."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from invoke.collection import Collection
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from regression.config import DEVICE_ENV, DEVICES, MAX_REPEAT, Settings, find_config, load_settings
+from regression import github
+from regression.store import inventory
+from regression.errors import RegressionError
+from regression.durations import read_durations
+from regression.fingerprint import device_details
+from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
+from regression.report import generation_lines
+from regression.store.scratch import scratch_folder
+from regression.selection import Selection, selection, unknown_cases
+from regression.run.api import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
+    collect, key_code_files, resolve, run_check, select_shard
+from regression.shard import MAX_SHARDS, ShardSpec, assign, parse_shard
+from regression.shard import table as shard_table
+
+T = TypeVar("T")
+PYTEST_INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED: collection errors, Ctrl-C
+PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: also its "not found" for a node id
+REFERENCE_HELP = "revision (tag, branch, SHA, HEAD~n) or a name from config.yaml's references"
+
+
+def _settings() -> Settings:
+    return load_settings(find_config(Path.cwd()))
+
+
+def _translate(work: Callable[[], T], device: str | None = None) -> T:
+    try:
+        _choose_device(device)
+        return work()
+    except RegressionError as exc:
+        raise Exit(f"torch-regression: {exc}", code=getattr(exc, "exit_code", 2)) from None
+
+
+def _choose_device(device: str | None) -> None:
+    """--device: config.yaml's `device` overridden for this run and every process it starts."""
+    if device is None:
+        return
+    if device not in DEVICES:
+        raise RegressionError(f"--device {device!r}: give one of {', '.join(DEVICES)}")
+    os.environ[DEVICE_ENV] = device
+
+
+DEVICE_HELP = "cpu or cuda: where the cases run, instead of config.yaml's device (in the key)"
+
+
+SHARD_HELP = "only shard i of n (1-based), e.g. 2/4; every case is in exactly one shard"
+K_HELP = "only the cases whose names match this pytest -k expression, e.g. 'vit and not large'"
+CASE_HELP = ("only this case: a node id as pytest prints it (tests/test_x.py::test_y[a]) or a "
+             "test file; repeat for more")
+WORKERS_HELP = ("run in N pytest-xdist processes (recording too); 1: one process, whatever "
+                "addopts says; left out: as addopts says, recording in one process")
+
+
+MAX_WORKERS = 1024
+
+
+def _number(flag: str, text: str | None, high: int, what: str) -> int | None:
+    """A whole-number flag from 1 to `high`, checked here (invoke's own int flags end in a
+    traceback on `abc`); None when it was left out."""
+    if text is None:
+        return None
+    if not re.fullmatch(r"\s*[0-9]+\s*", text) or not 1 <= int(text) <= high:
+        raise RegressionError(f"{flag} {text!r}: {what} is a whole number from 1 to {high}, "
+                              f"e.g. {flag} 2")
+    return int(text)
+
+
+def _filled(*flags: tuple[str, str | list[str] | None], required: str = "") -> None:
+    """Refuse a flag given as '': in CI that is an unset variable, which would otherwise
+    quietly mean "left out" (every case, the default reference). `required`: the flag that
+    cannot be left out."""
+    for flag, value in flags:
+        values = value if isinstance(value, list) else [value]
+        if any(v is not None and not v.strip() for v in values):
+            instead = "" if flag == required else f", or leave {flag} out"
+            raise RegressionError(f"{flag} '' is empty (an unset variable in CI?): give a "
+                                  f"value{instead}")
+
+
+def _shard(text: str | None) -> ShardSpec | None:
+    """The --shard flag, checked; None when it was left out (an empty one is refused)."""
+    return None if text is None else parse_shard(text)
+
+
+def _suite(reference: str | None, shard_spec: str | None) -> Suite:
+    spec = _shard(shard_spec)
+    return select_shard(collect(resolve(_settings(), reference)), spec)
+
+
+def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: str | None,
+         chosen: tuple[str | None, list[str] | None], repeat_text: str | None) -> None:
+    _filled(("--reference", reference), ("-k", chosen[0]), ("--case", chosen[1]))
+    spec = _shard(shard_spec)
+    count = _workers(workers)
+    repeat = _number("--repeat", repeat_text, MAX_REPEAT,
+                     "the number of recordings of each case (2 finds nondeterministic ones)")
+    resolved = resolve(_settings(), reference)
+    picked = selection(*chosen, resolved.settings.root, shard_spec)
+    repeat = repeat or resolved.settings.determinism.repeat
+    job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
+                    workers=count, selection=picked.describe(), repeat=repeat)
+    code, result = run_check(resolved, job, picked.pytest_args(), picked.cases)
+    _require_known_cases(resolved, picked, code)
+    if result is None or code:
+        raise RegressionError(_stopped(resolved, code))
+    if not result["generation"]:
+        print("nothing generated: no case was selected")
+        return
+    generation = Generation(**result["generation"])
+    for line in generation_lines(generation):
+        print(line)
+    if repeat > 1 and not generation.recorded:
+        print("no case was recorded, so none was checked for nondeterminism: `invoke gen "
+              "--force --repeat 2` records every case again, twice")
+
+
+@task(help={"reference": REFERENCE_HELP, "shard": SHARD_HELP,
+            "force": "regenerate every case, valid or not", "workers": WORKERS_HELP,
+            "k": K_HELP, "case": CASE_HELP,
+            "device": DEVICE_HELP,
+            "repeat": "record each case N times, each in its own process: a case whose "
+                      "recordings differ is stored as nondeterministic, never compared "
+                      "(default: config.yaml's determinism.repeat, 1)"},
+      iterable=["case"])
+def gen(c: Context, reference: str | None = None, shard: str | None = None,
+        force: bool = False, workers: str | None = None, k: str | None = None,
+        case: list[str] | None = None, repeat: str | None = None,
+        device: str | None = None) -> None:
+    """Generate the reference outputs, or reuse them when the cache holds valid ones."""
+    _translate(lambda: _gen(reference, shard, force, workers, (k, case), repeat), device)
+
+
+def _workers(text: str | None) -> int:
+    """A --workers count, checked: pytest-xdist must be installed for more than one.
+    0 means left out."""
+    count = _number("--workers", text, MAX_WORKERS, "the number of pytest-xdist processes") or 0
+    if count > 1 and importlib.util.find_spec("xdist") is None:
+        raise RegressionError("--workers needs pytest-xdist; install it with "
+                              "pip install 'torch-regression[xdist]'")
+    return count
+
+
+def _xdist_option(workers: int) -> list[str]:
+    """The check run's -n for --workers: N processes, or one (`-n 0` overrides a -n in
+    addopts); nothing when --workers was left out, or there is no xdist to tell."""
+    if workers > 1:
+        return ["-n", str(workers)]
+    if workers == 1 and importlib.util.find_spec("xdist") is not None:
+        return ["-n", "0"]
+    return []
+
+
+def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bool,
+           junitxml: str | None, store_durations: bool, subject_root: Path | None = None,
+           workers: int = 0, picked: Selection = Selection()) -> int:
+    """One pytest run: it records what is missing (unless `no_gen`), then checks."""
+    args = [*_xdist_option(workers), *picked.pytest_args()]
+    if strict:
+        args.append("--regression-strict")
+    if junitxml is not None:
+        args.append(f"--junitxml={_junit_path(junitxml)}")
+    if store_durations:
+        args.append(f"--regression-durations={resolved.settings.durations_file}")
+    job = check_job(resolved, shard=spec, subject_root=subject_root,
+                    gen=GEN_NEVER if no_gen else GEN_AUTO, workers=workers,
+                    selection=picked.describe())
+    return run_check(resolved, job, args, picked.cases)[0]
+
+
+def _stopped(resolved: Reference, code: int) -> str:
+    """Why a generation ended without a result, in the words pytest's exit code allows."""
+    if code == PYTEST_INTERRUPTED:
+        return (f"the generation at {resolved.label} did not run: pytest could not collect "
+                "the tests in this environment (exit 2); the errors, and what to install or "
+                "fix, are above")
+    return (f"the generation at {resolved.label} stopped (pytest exit {code}) before it "
+            "finished; its output is above")
+
+
+def _require_known_cases(resolved: Reference, picked: Selection, code: int) -> None:
+    """After pytest's "not found" (its usage error) for a --case: which node id names no
+    case, and the nearest one (a collection, paid only when the run has failed so)."""
+    if code == PYTEST_USAGE_ERROR and any("::" in case for case in picked.cases):
+        error = unknown_cases(picked, collect(resolved).cases)
+        if error is not None:
+            raise error
+
+
+def _junit_path(text: str) -> Path:
+    """Where --junitxml writes, checked before the run, whose end is too late to say it:
+    a file, in a folder that exists or that pytest can make."""
+    path = Path(text).resolve()
+    if path.is_dir():
+        raise RegressionError(f"--junitxml {text}: that is a folder; name a file in it, e.g. "
+                              f"--junitxml {Path(text) / 'regression.xml'}")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        why = "is not a folder" if not folder.is_dir() else "cannot be written"
+        raise RegressionError(f"--junitxml {text}: {folder} {why}, so the report cannot be "
+                              "written there; name a file in a folder you can write")
+    return path
+
+
+def _exit_with(code: int) -> None:
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={
+    "reference": REFERENCE_HELP,
+    "shard": SHARD_HELP,
+    "strict": "fail cases that are not in the reference instead of skipping them",
+    "junitxml": "also write a JUnit XML report to this path",
+    "no-gen": "never generate: stop with the reason when a reference is missing or invalid",
+    "store-durations": "record the seconds each case takes, for balancing shards",
+    "workers": WORKERS_HELP,
+    "k": K_HELP,
+    "case": CASE_HELP,
+    "device": DEVICE_HELP,
+}, iterable=["case"])
+def test(c: Context, reference: str | None = None, shard: str | None = None,
+         strict: bool = False, junitxml: str | None = None, no_gen: bool = False,
+         store_durations: bool = False, workers: str | None = None, k: str | None = None,
+         case: list[str] | None = None, device: str | None = None) -> None:
+    """Generate what is missing, then check the working tree against the reference."""
+    def work() -> int:
+        _filled(("--reference", reference), ("--junitxml", junitxml), ("-k", k),
+                ("--case", case))
+        spec, count = _shard(shard), _workers(workers)
+        resolved = resolve(_settings(), reference)
+        picked = selection(k, case, resolved.settings.root, shard)
+        code = _check(resolved, spec, no_gen, strict, junitxml, store_durations,
+                      workers=count, picked=picked)
+        _require_known_cases(resolved, picked, code)
+        return code
+    _exit_with(_translate(work, device))
+
+
+def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
+             junitxml: str | None) -> int:
+    _filled(("--candidate", candidate), ("--reference", reference), ("--junitxml", junitxml),
+            required="--candidate")
+    spec = _shard(shard_spec)
+    settings = _settings()
+    resolved = resolve(settings, reference)
+    with candidate_checkout(settings, candidate) as subject_root:
+        print(f"comparing {candidate} (candidate) with {resolved.label} (reference)")
+        return _check(resolved, spec, False, strict, junitxml, False, subject_root)
+
+
+@task(help={
+    "reference": REFERENCE_HELP + " (default: config.yaml's)",
+    "candidate": "the candidate revision: its subject is checked with your tests and config",
+    "shard": SHARD_HELP,
+    "strict": "fail cases that are not in the reference instead of skipping them",
+    "junitxml": "also write a JUnit XML report to this path",
+    "device": DEVICE_HELP,
+})
+def compare(c: Context, candidate: str, reference: str | None = None, shard: str | None = None,
+            strict: bool = False, junitxml: str | None = None, device: str | None = None
+            ) -> None:
+    """Check one revision against another, both checked out as worktrees."""
+    _exit_with(_translate(lambda: _compare(reference, candidate, shard, strict, junitxml),
+                          device))
+
+
+def _key(reference: str | None, shard_spec: str | None, explain: bool,
+         github_output: bool) -> None:
+    _filled(("--reference", reference))
+    if github_output:
+        _append_github_output("key", None)  # checked before the collection, not after
+    suite = _suite(reference, shard_spec)
+    if explain:
+        for name, value in suite.entry.parts.items():
+            print(f"{name}: {value}")
+        for line in device_details(suite.reference.settings.device):
+            print(line)
+        files = len({c.split("::")[0] for c in suite.cases})
+        print(f"harness: {len(suite.cases)} cases in {files} files")
+        print(f"test code: {len(key_code_files(suite))} Python files under "
+              f"{', '.join(suite.reference.settings.tests)} (the helpers the tests may import; "
+              "those found while recording are also checked per case)")
+        if suite.shard:
+            print(f"shard: {suite.shard}")
+    line = cache_key(suite)
+    if github_output:
+        _append_github_output("key", line)
+    print(line)
+
+
+def _append_github_output(name: str, value: str | None) -> None:
+    """Append `name=value` to $GITHUB_OUTPUT; with no value, only prove that it can be."""
+    if not os.environ.get(github.OUTPUT):
+        raise RegressionError("--github-output needs $GITHUB_OUTPUT, which GitHub Actions sets "
+                              "in every step; outside Actions leave the flag off")
+    github.append(github.OUTPUT, "" if value is None else f"{name}={value}\n")
+
+
+@task(help={
+    "reference": REFERENCE_HELP,
+    "shard": SHARD_HELP,
+    "explain": "list every part the key is made of",
+    "github-output": "also append key=... to $GITHUB_OUTPUT",
+    "device": DEVICE_HELP,
+})
+def key(c: Context, reference: str | None = None, shard: str | None = None,
+        explain: bool = False, github_output: bool = False, device: str | None = None) -> None:
+    """Print the cache key (one line) that CI's actions/cache uses."""
+    _translate(lambda: _key(reference, shard, explain, github_output), device)
+
+
+def _shards(count_text: str | None, list_cases: bool) -> None:
+    count = _number("--count", count_text, MAX_SHARDS, "the number of shards") or 4
+    settings = _settings()
+    suite = collect(resolve(settings, None))
+    durations = read_durations(settings.durations_file)
+    known = sum(1 for case in suite.cases if case in durations)
+    print(f"{len(suite.cases)} cases, {known} with recorded durations "
+          f"({settings.durations_file.name})")
+    print(f"{'shard':>5}  {'cases':>5}  {'est. seconds':>12}")
+    for index, cases, seconds in shard_table(suite.cases, count, durations, settings.pins):
+        print(f"{index:>5}  {cases:>5}  {seconds:>12.2f}")
+    if list_cases:
+        for index, members in enumerate(assign(suite.cases, count, durations, settings.pins)):
+            print(f"shard {index + 1}/{count}:")
+            for case in sorted(members):
+                print(f"  {case}")
+
+
+@task(help={"count": "number of shards (default 4)",
+            "list": "also list the cases of each shard"})
+def shards(c: Context, count: str | None = None, list_: bool = False) -> None:
+    """Print how the cases split into shards: shard, cases, estimated seconds."""
+    _translate(lambda: _shards(count, list_))
+
+
+def _cache_dir() -> Path:
+    return _settings().cache_dir
+
+
+@task(name="list")
+def list_(c: Context) -> None:
+    """List the cache entries: reference, key, cases, size, last use, what sets each apart."""
+    for line in _translate(lambda: inventory.list_lines(_cache_dir())):
+        print(line)
+
+
+@task
+def verify(c: Context) -> None:
+    """Check every stored file against its hash; exit 1 on any fault."""
+    cache_dir = _translate(_cache_dir)
+    faults = inventory.verify(cache_dir)
+    for fault in faults:
+        print(f"FAULT {fault}")
+    if faults:
+        raise Exit(f"{len(faults)} faults in {cache_dir}; `invoke gen` re-records what it "
+                   "needs, `invoke cache.clear` empties the cache", code=1)
+    print(f"{len(inventory.entries(cache_dir))} entries in {cache_dir}: no faults")
+
+
+@task(help={
+    "max-size": "remove least recently used entries until the cache is at most this big "
+                "(e.g. 500M, 2G)",
+    "older-than": "remove entries not used for this long (e.g. 30d, 12h)",
+})
+def prune(c: Context, max_size: str | None = None, older_than: str | None = None) -> None:
+    """Remove old or least recently used entries."""
+    def work() -> list[inventory.EntryInfo]:
+        if max_size is None and older_than is None:
+            raise RegressionError("say what to prune: --max-size SIZE and/or --older-than AGE")
+        return inventory.prune(_cache_dir(),
+                               None if max_size is None else inventory.parse_size(max_size),
+                               None if older_than is None else inventory.parse_age(older_than))
+    for line in inventory.removed_lines(_translate(work)):
+        print(line)
+    _report_foreign()
+
+
+@task
+def clear(c: Context) -> None:
+    """Remove every cache entry; what is not provably one is left alone and listed."""
+    for line in inventory.removed_lines(_translate(lambda: inventory.clear(_cache_dir()))):
+        print(line)
+    _report_foreign()
+
+
+def _report_foreign() -> None:
+    for info in inventory.foreign(_translate(_cache_dir)):
+        print(f"left alone, not provably a cache entry: {info.directory}: {info.fault}")
+
+
+def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
+    _filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
+    from regression.diagnose.bisect import bisect as find_first, bisection_lines, scan, scan_lines
+    from regression.revision import resolve_revision, run_git
+
+    settings = _settings()
+    at_good = resolve(settings, good)
+    bad_sha = resolve_revision(at_good.repo, settings.revision_for(bad))
+    search, lines = (scan, scan_lines) if scan_all else (find_first, bisection_lines)
+    result = search(collect(at_good), at_good.sha, bad_sha, list(cases or ()), print)
+
+    @functools.cache
+    def subject_line(sha: str) -> str:
+        return run_git(at_good.repo, "log", "-1", "--format=%s", sha)
+
+    for line in lines(result, subject_line):
+        print(line)
+
+
+@task(help={
+    "good": "a revision whose outputs are the ones wanted (tag, branch, SHA, HEAD~n)",
+    "bad": "a later revision whose outputs differ (default: HEAD)",
+    "case": "judge only this case (a node id); repeat for more. Default: every case whose "
+            "outputs differ between good and bad",
+    "scan": "record every commit instead, and list each one that changes outputs from the "
+            "commit before it (finds changes reverted later in the range)",
+    "device": DEVICE_HELP,
+}, iterable=["case"])
+def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = None,
+           scan: bool = False, device: str | None = None) -> None:
+    """Find, for each case whose outputs differ, the first commit after good whose outputs
+    of it differ from good's."""
+    _translate(lambda: _bisect(good, bad, case, scan), device)
+
+
+def _explain(case: str, reference: str | None) -> None:
+    _filled(("--case", case), ("--reference", reference), required="--case")
+    from regression.diagnose.explain import explain as compare_traces, explanation_lines
+    from regression.diagnose.tracing import pick_case, traced
+
+    resolved = resolve(_settings(), reference)
+    nodeid = pick_case(resolved, case)
+    with scratch_folder("trace") as folder:
+        at_reference, here = traced(resolved, nodeid, folder, print)
+        for line in explanation_lines(compare_traces(at_reference, here), nodeid,
+                                      resolved.label):
+            print(line)
+
+
+@task(help={
+    "case": "the case: a node id as pytest prints it, or a -k expression that matches one "
+            "case, e.g. 'test_forward and vit-tiny'",
+    "reference": REFERENCE_HELP,
+    "device": DEVICE_HELP,
+})
+def explain(c: Context, case: str, reference: str | None = None, device: str | None = None
+            ) -> None:
+    """Name the first layer whose outputs differ from the reference's, with its inputs the
+    same: the case runs at both with every module call traced."""
+    _translate(lambda: _explain(case, reference), device)
+
+
+cache = Collection("cache", list_, verify, prune, clear)
+ns = Collection(gen, test, key, shards, compare, bisect, explain, cache)

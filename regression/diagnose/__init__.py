@@ -1,0 +1,1 @@
+"""Diagnosis of a change: bisect, explain and the module-call traces they compare."""

@@ -1,0 +1,1 @@
+"""Storage: the tensor codec, self-verifying files, cache entries and their inventory."""
