@@ -29,7 +29,7 @@ import torch
 import warm_python
 from helpers import Repo, output
 
-from regression import inventory
+from regression.store import inventory
 from regression.store.cache import CaseRecord, Entry, Output
 from regression.errors import CacheError, StoreError
 from regression.store.files import MAX_RECORD, dump_verified, load_verified, verify_safetensors
