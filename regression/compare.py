@@ -21,6 +21,9 @@ class Difference:
     detail: str
     differing: int = 0
     max_abs: float | None = None
+    max_relative: float | None = None
+    """The largest |actual - reference| / |reference| of a float tensor (inf where the
+    reference is 0); None for other values."""
     lines: tuple[str, ...] = ()
     """The full report under the one-line detail (sizes, ULPs, first elements)."""
 
@@ -165,4 +168,6 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
     if not diff.differing:
         return None
     return Difference(label, f"{signature}: {headline(diff)}", differing=diff.differing,
-                      max_abs=diff.largest_size, lines=tuple(report_lines(diff)))
+                      max_abs=diff.largest_size,
+                      max_relative=diff.relative_size if diff.floating else None,
+                      lines=tuple(report_lines(diff)))

@@ -31,6 +31,9 @@ class CaseOutcome:
     path: str = ""
     """The test's file, relative to the rootdir, and its line (1-based): where CI points."""
     line: int = 0
+    relative: float | None = None
+    """A changed case: the largest relative difference of its float tensors (inf where a
+    reference element is 0); None where none was measured."""
 
 
 def mismatch_message(reference: str, changed: Sequence[tuple[str, Sequence[Difference]]],
@@ -55,6 +58,12 @@ def changed_detail(changed: Sequence[tuple[str, Sequence[Difference]]]) -> str:
         return first
     others = ", ".join(repr(name) for name, _ in changed[1:])
     return f"{first} (and {len(changed) - 1} more outputs differ: {others})"
+
+
+def largest_relative(differences: Iterable[Difference]) -> float | None:
+    """The largest relative difference of those measured; None when none was."""
+    return max((d.max_relative for d in differences if d.max_relative is not None),
+               default=None)
 
 
 def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:

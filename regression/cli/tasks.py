@@ -174,7 +174,7 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
     if strict:
         args.append("--regression-strict")
     if junitxml is not None:
-        args.append(f"--junitxml={_junit_path(junitxml)}")
+        args.append(f"--junitxml={_report_path('--junitxml', junitxml, 'regression.xml')}")
     if store_durations:
         args.append(f"--regression-durations={resolved.settings.durations_file}")
     job = check_job(resolved, shard=spec, subject_root=subject_root,
@@ -202,19 +202,19 @@ def _require_known_cases(resolved: Reference, picked: Selection, code: int) -> N
             raise error
 
 
-def _junit_path(text: str) -> Path:
-    """Where --junitxml writes, checked before the run, whose end is too late to say it:
-    a file, in a folder that exists or that pytest can make."""
+def _report_path(flag: str, text: str, example: str) -> Path:
+    """Where --junitxml or --html writes, checked before the run, whose end is too late to
+    say it: a file, in a folder that exists or that can be made."""
     path = Path(text).resolve()
     if path.is_dir():
-        raise RegressionError(f"--junitxml {text}: that is a folder; name a file in it, e.g. "
-                              f"--junitxml {Path(text) / 'regression.xml'}")
+        raise RegressionError(f"{flag} {text}: that is a folder; name a file in it, e.g. "
+                              f"{flag} {Path(text) / example}")
     folder = path.parent
     while not folder.exists():
         folder = folder.parent
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         why = "is not a folder" if not folder.is_dir() else "cannot be written"
-        raise RegressionError(f"--junitxml {text}: {folder} {why}, so the report cannot be "
+        raise RegressionError(f"{flag} {text}: {folder} {why}, so the report cannot be "
                               "written there; name a file in a folder you can write")
     return path
 
@@ -442,18 +442,23 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
     _translate(lambda: _bisect(good, bad, case, scan), device)
 
 
-def _explain(case: str, reference: str | None) -> None:
-    _filled(("--case", case), ("--reference", reference), required="--case")
+def _explain(case: str, reference: str | None, html: str | None) -> None:
+    _filled(("--case", case), ("--reference", reference), ("--html", html), required="--case")
     from regression.diagnose.explain import explain as compare_traces, explanation_lines
-    from regression.diagnose.tracing import pick_case, traced
+    from regression.diagnose.tracing import pick_case, traced, write_page
 
+    page = None if html is None else _report_path("--html", html, "explain.html")
     resolved = resolve(_settings(), reference)
     nodeid = pick_case(resolved, case)
     with scratch_folder("trace") as folder:
         at_reference, here = traced(resolved, nodeid, folder, print)
-        for line in explanation_lines(compare_traces(at_reference, here), nodeid,
-                                      resolved.label):
+        found = compare_traces(at_reference, here)
+        lines = explanation_lines(found, nodeid, resolved.label)
+        for line in lines:
             print(line)
+        if page is not None:
+            write_page(page, nodeid, resolved.label, (at_reference, here), found, lines)
+            print(f"wrote {page}: open it in a browser")
 
 
 @task(help={
@@ -461,12 +466,14 @@ def _explain(case: str, reference: str | None) -> None:
             "case, e.g. 'test_forward and vit-tiny'",
     "reference": REFERENCE_HELP,
     "device": DEVICE_HELP,
+    "html": "also write the calls, a plot of their differences and the report as one "
+            "self-contained HTML page to this file",
 })
-def explain(c: Context, case: str, reference: str | None = None, device: str | None = None
-            ) -> None:
+def explain(c: Context, case: str, reference: str | None = None, device: str | None = None,
+            html: str | None = None) -> None:
     """Name the first layer whose outputs differ from the reference's, with its inputs the
     same: the case runs at both with every module call traced."""
-    _translate(lambda: _explain(case, reference), device)
+    _translate(lambda: _explain(case, reference, html), device)
 
 
 cache = Collection("cache", list_, verify, prune, clear)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from regression.compare import Difference, compare, compare_outputs, compare_tensors
+from regression.report import largest_relative
 from regression.tensordiff import Layout, aligned, layout
 
 if TYPE_CHECKING:
@@ -107,6 +108,35 @@ def explain(reference: Trace, candidate: Trace) -> Explanation:
     result.generators_drawn = sum(1 for b, a in moved if b.draws or a.draws)
     result.generators_aside = len(moved) - result.generators_drawn
     return result
+
+
+@dataclass(frozen=True)
+class CallRow:
+    """One call of the working tree's trace, as a page that shows every call draws it."""
+
+    call: Call
+    inputs: str
+    """How its inputs compare with the reference's: SAME, LAYOUT, DIFF, NEW or UNKNOWN."""
+    outputs: str
+    """How its outputs compare, likewise."""
+    relative: float | None = None
+    """The largest relative difference of its output tensors from the reference's: 0 where
+    they hold the reference's values; None where nothing can be measured (a new call, values
+    the trace cannot see into, outputs that are not float tensors)."""
+
+
+def call_rows(reference: Trace, candidate: Trace) -> list[CallRow]:
+    """Every working-tree call in the order calls start, with how far its outputs are from
+    the reference's: where a change starts and how it grows on its way out."""
+    verdicts = _Verdicts(reference, candidate)
+    rows = []
+    for call in sorted(candidate.calls, key=lambda c: c.entered):
+        inputs, outputs = verdicts(call)
+        relative: float | None = 0.0 if outputs in (SAME, LAYOUT) else None
+        if outputs == DIFF and call.key in verdicts.before:
+            relative = largest_relative(verdicts.output_differences(call))
+        rows.append(CallRow(call, inputs, outputs, relative))
+    return rows
 
 
 def _describe_found(result: Explanation, found: Call, calls: list[Call],

@@ -4,12 +4,15 @@ the working tree, each in a process of its own."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from regression.errors import CollectionError, RegressionError
 from regression.run.api import Reference, collect, matching_cases, trace_case
 from regression.selection import unknown_case
 from regression.diagnose.trace import Trace, read_trace
+
+if TYPE_CHECKING:
+    from regression.diagnose.explain import Explanation
 
 Echo = Callable[[str], None]
 
@@ -52,3 +55,19 @@ def traced(reference: Reference, nodeid: str, folder: Path, echo: Echo) -> tuple
         trace_case(reference, nodeid, side, working_tree, echo)
         traces.append(read_trace(side))
     return traces[0], traces[1]
+
+
+def write_page(path: Path, case: str, reference: str, traces: tuple[Trace, Trace],
+               found: Explanation, lines: list[str]) -> None:
+    """`invoke explain --html`: the page, with every call's difference read from the traces
+    (so before they are removed), written where the user asked."""
+    from regression.diagnose.explain import call_rows
+    from regression.diagnose.html import page
+
+    text = page(case, reference, found, call_rows(*traces), lines)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise RegressionError(f"--html {path}: cannot be written ({exc.strerror or exc}); "
+                              "name a file in a folder you can write") from None

@@ -17,6 +17,8 @@ from regression.errors import RegressionError, StoreError, error_from_data
 from regression.run.job import GEN_ONLY, Job
 from regression.report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome, \
     generation_lines, github_annotations, markdown_summary, not_run_lines, summary_lines
+from regression.report import largest_relative
+from regression.chart import difference_chart
 from regression.plugin.common import crash_reason, exception_reason, report_reason, traceback_frames, uses_fixture
 from regression.plugin.relay import LINE, REFUSAL, attach, in_worker
 
@@ -572,7 +574,7 @@ class Checker:
             path, line, _ = report.location
             return CaseOutcome(nodeid, CHANGED, sink.detail(),
                                tuple(str(d) for d in sink.differences), path,
-                               (line or 0) + 1)
+                               (line or 0) + 1, largest_relative(sink.differences))
         if report.skipped and sink.in_reference:
             return CaseOutcome(nodeid, ERROR, self._skipped_message(report))
         if report.failed:
@@ -797,7 +799,8 @@ class Checker:
         if os.environ.get(github.STEP_SUMMARY) and self.outcomes:
             try:
                 github.append(github.STEP_SUMMARY, markdown_summary(
-                    self.label or self.worker_label, self.outcomes.values()))
+                    self.label or self.worker_label, self.outcomes.values())
+                    + difference_chart(self.outcomes.values()))
             except RegressionError as exc:
                 self.finish_errors.append(f"the step summary was not written: {exc}")
 
