@@ -56,7 +56,9 @@ pre { background: #f6f8fa; padding: .8em; overflow-x: auto; white-space: pre-wra
 svg text { font: 11px system-ui, sans-serif; fill: #57606a; }
 table { border-collapse: collapse; } td, th { border: 1px solid #d0d7de; padding: 3px 8px;
 text-align: left; vertical-align: top; }
-.legend span.mark { min-width: 4em; }
+.legend { list-style: none; padding: 0; margin: .3em 0 .8em; }
+.legend li { display: inline-block; margin-right: 1.2em; }
+.row.head { color: #57606a; font-size: 12px; } .row.head .mark { font: inherit; }
 .dot.same, .dot.layout { fill: #2da44e; } .dot.diff { fill: #cf222e; }
 .dot.here { stroke: #d4a72c; stroke-width: 3; } svg text.here-label { fill: #9a6700; font-weight: 600; }
 """
@@ -192,11 +194,12 @@ def _axes(scale: tuple[int, int], inner_w: float, inner_h: float) -> list[str]:
 
 
 def _legend() -> str:
-    items = " ".join(f'<span class="mark {MARK_CLASS[mark]}">{MARK_TEXT[mark]}</span>'
-                     f"{escape(meaning)}" for mark, meaning in LEGEND.items())
-    return (f'<p class="legend">Each call: how its inputs, then its outputs, compare with '
-            f"the reference's. {items}. The bar: its output's largest relative difference "
-            f"(log scale, as above).</p>")
+    """What the marks and the bars mean."""
+    items = "".join(f'<li><span class="mark {MARK_CLASS[mark]}">{MARK_TEXT[mark]}</span>'
+                    f"{escape(meaning)}</li>" for mark, meaning in LEGEND.items())
+    return (f"<p>Each call: how its inputs, then its outputs, compare with the reference's, "
+            f"and its output's largest relative difference (log scale, as above).</p>"
+            f'<ul class="legend">{items}</ul>')
 
 
 def _tree(rows: list[CallRow], found: tuple[str, int] | None, scale: tuple[int, int]
@@ -204,7 +207,10 @@ def _tree(rows: list[CallRow], found: tuple[str, int] | None, scale: tuple[int, 
     """The calls as the terminal shows the ones around the module found: marks and bars in
     columns, each name indented under the call that made it."""
     top = min((row.call.depth for row in rows), default=0)
-    return "\n".join(_row(row, row.call.depth - top, found, scale) for row in rows)
+    head = (f'<div class="row head"><span class="mark">inputs</span><span class="mark">'
+            f'outputs</span><span style="width: {BAR_WIDTH}px">relative difference</span>'
+            f'<span class="rel"></span><span>module, call</span></div>')
+    return "\n".join([head, *(_row(row, row.call.depth - top, found, scale) for row in rows)])
 
 
 def _row(row: CallRow, depth: int, found: tuple[str, int] | None, scale: tuple[int, int]

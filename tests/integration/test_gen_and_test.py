@@ -174,6 +174,11 @@ def test_every_differing_output_is_reported_in_one_failure(subject_repo: Repo,
     assert "- **changed** `tests/test_subj.py::test_forward`\n  - `'out': float32[2, 3]: " \
            "6 of 6 elements differ" in summary
     assert "  - `'scale': 1.5, reference 1.0`" in summary
+    # and a chart of how far each changed case moved: every output times 1.5, so 0.5
+    chart = summary.split("```mermaid\n")[1].split("```")[0]
+    assert 'x-axis ["test_forward", "test_fails_on_its_own"]' in chart
+    assert "bar [-0.3, -0.3]" in chart  # log10(0.5)
+    assert "- `tests/test_subj.py::test_forward`: max relative difference 0.5\n" in summary
     failures = text.split("short test summary info")[0]  # the summary repeats it in full on CI
     assert failures.count("2 of 3 outputs are not bit-identical to the reference") == 1, text
     assert "'scale': 1.5, reference 1.0" in text
