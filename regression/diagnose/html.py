@@ -75,6 +75,7 @@ def page(case: str, reference: str, result: Explanation, rows: list[CallRow],
         f"{result.calls[0]} module calls traced at the reference, {result.calls[1]} in the "
         f"working tree.</p>",
         _headline(result),
+        *_outputs(result),
         "<h2>Relative difference of each call's output</h2>",
         _plot(rows, found, scale),
         "<h2>Module calls, in the order they start</h2>",
@@ -105,6 +106,15 @@ def _headline(result: Explanation) -> str:
     return (f'<p>First module whose inputs hold the reference\'s values and whose outputs '
             f'differ: <a href="#call-{call.entered}"><code>{escape(_named(call))}'
             f"</code></a>, marked <span class=\"here-note\">here</span> below.</p>")
+
+
+def _outputs(result: Explanation) -> list[str]:
+    """The case's checked outputs that differ, each difference in one line."""
+    if not result.outputs:
+        return []
+    items = "".join(f"<li><code>{escape(str(difference))}</code></li>"
+                    for _, differences in result.outputs for difference in differences)
+    return [f"<p>The case's outputs that differ:</p><ul>{items}</ul>"]
 
 
 def _named(call: Call) -> str:

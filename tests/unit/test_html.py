@@ -85,6 +85,8 @@ def test_the_page_of_a_real_explanation_marks_the_module_found(tmp_path: Path) -
     assert 'First module whose inputs hold the reference\'s values and whose outputs differ: ' \
            '<a href="#call-2"><code>Model.mix (Mix), call 1</code></a>' in text
     assert "All 6 bit-identical to the reference's, as first called." in text
+    assert ("<p>The case's outputs that differ:</p><ul><li><code>&#x27;out&#x27;: "
+            "float32[2, 2]: ") in text
     assert f"<pre>{lines[0]}" in text  # the report, as the terminal prints it
 
 
@@ -99,7 +101,7 @@ def test_the_page_loads_nothing_from_outside() -> None:
 def test_everything_from_the_users_code_is_escaped() -> None:
     evil = '<script>alert("x")</script>&'
     call = Call(0, f"model.{evil}", f"Kind{evil}", 1, 0, "in", "out")
-    found = Explanation([("out", [Difference("'out'", "differs")])], calls=(1, 1),
+    found = Explanation([("out", [Difference(f"'out{evil}'", "differs")])], calls=(1, 1),
                         states=[(f"model.{evil}.weight", [Difference("w", f"detail {evil}")])],
                         all_states=[f"model.{evil}.weight"], found=call)
     text = page(f"t.py::test[{evil}]", f"v1 {evil}", found,
@@ -109,7 +111,8 @@ def test_everything_from_the_users_code_is_escaped() -> None:
     for where in (f"<h1>t.py::test[{escaped}]</h1>", f"<code>v1 {escaped}</code>",
                   f"model.{escaped}</span>", f"(Kind{escaped}), call 1", f"report {escaped}",
                   f"<code>model.{escaped}.weight</code>", f"<code>detail {escaped}</code>",
-                  f"<title>explain t.py::test[{escaped}]</title>"):
+                  f"<title>explain t.py::test[{escaped}]</title>",
+                  f"<li><code>&#x27;out{escaped}&#x27;: differs</code></li>"):
         assert where in text, where
 
 
