@@ -216,7 +216,9 @@ def _tree(rows: list[CallRow], found: tuple[str, int] | None, scale: tuple[int, 
           ) -> str:
     """The calls as the terminal shows the ones around the module found: marks and bars in
     columns, each name indented under the call that made it."""
-    top = min((row.call.depth for row in rows), default=0)
+    if not rows:
+        return ""
+    top = min(row.call.depth for row in rows)
     head = (f'<div class="row head"><span class="mark">inputs</span><span class="mark">'
             f'outputs</span><span style="width: {BAR_WIDTH}px">relative difference</span>'
             f'<span class="rel"></span><span>module, call</span></div>')

@@ -171,3 +171,4 @@ def test_a_case_without_module_calls_says_so() -> None:
                                           calls=(0, 0)), [], ["outputs differ"])
     assert "No torch.nn.Module was called in the test's body: nothing to plot." in text
     assert "No parameters or buffers were traced." in text
+    assert '<div class="tree"></div>' in text
