@@ -20,19 +20,20 @@ fences, HTML."""
 
 
 def difference_chart(outcomes: Iterable[CaseOutcome]) -> str:
-    """The changed cases' largest relative differences as a Mermaid bar chart (log10) with a
-    list of the numbers under it; "" when no case changed."""
+    """The changed cases' largest relative differences as a Mermaid bar chart (log10), the
+    numbers folded under it (a list alone when none has one); "" when no case changed."""
     changed = [o for o in outcomes if o.outcome == CHANGED]
     if not changed:
         return ""
     measured = sorted((o for o in changed if _measured(o)), key=lambda o: -(o.relative or 0))
-    text = "\n#### How far the changed cases moved\n\n"
-    if measured:
-        text += _mermaid(measured[:MOST]) + "\n"
-    text += "\n".join(_item(o) for o in [*measured, *_unmeasured(changed)][:MOST]) + "\n"
+    items = "\n".join(_item(o) for o in [*measured, *_unmeasured(changed)][:MOST]) + "\n"
     if len(changed) > MOST:
-        text += f"\n... and {len(changed) - MOST} more changed cases\n"
-    return text
+        items += f"\n... and {len(changed) - MOST} more changed cases\n"
+    text = "\n#### How far the changed cases moved\n\n"
+    if not measured:
+        return text + items
+    return (text + _mermaid(measured[:MOST])
+            + f"\n<details><summary>The numbers</summary>\n\n{items}\n</details>\n")
 
 
 def _measured(outcome: CaseOutcome) -> bool:

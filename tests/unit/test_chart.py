@@ -38,8 +38,10 @@ def test_bars_are_log10_largest_first_with_the_numbers_listed() -> None:
     assert "bar [-2.49, -6.6]" in chart
     assert 'y-axis "log10 max relative difference" -8 --> -2' in chart  # below the smallest
     listed = text.split("```")[-1].strip().splitlines()
-    assert listed == ["- `tests/t.py::test_a[large]`: max relative difference 0.0032",
-                      "- `tests/t.py::test_a[small]`: max relative difference 2.5e-07"]
+    assert listed == ["<details><summary>The numbers</summary>", "",
+                      "- `tests/t.py::test_a[large]`: max relative difference 0.0032",
+                      "- `tests/t.py::test_a[small]`: max relative difference 2.5e-07",
+                      "", "</details>"]
 
 
 def test_an_infinite_difference_reaches_the_top_and_cases_without_one_are_listed() -> None:
@@ -56,7 +58,9 @@ def test_an_infinite_difference_reaches_the_top_and_cases_without_one_are_listed
 
 def test_changed_cases_with_no_number_are_a_list_without_a_chart() -> None:
     text = difference_chart([_changed("t::shape", None)])
-    assert "```" not in text and "- `t::shape`: no relative difference" in text
+    assert "```" not in text and "<details>" not in text
+    assert text.endswith("\n\n- `t::shape`: no relative difference (not a float tensor, or "
+                         "another dtype or shape)\n")
 
 
 def test_labels_cannot_break_out_of_mermaid_or_markdown() -> None:
