@@ -69,5 +69,7 @@ def write_page(path: Path, case: str, reference: str, traces: tuple[Trace, Trace
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise RegressionError(f"--html {path}: cannot be written ({exc.strerror or exc}); "
-                              "name a file in a folder you can write") from None
+        why = ("a part of its folder is a file" if isinstance(exc, (FileExistsError,
+               NotADirectoryError)) else exc.strerror or str(exc))
+        raise RegressionError(f"--html {path}: cannot be written ({why}); name a file in a "
+                              "folder you can write") from None

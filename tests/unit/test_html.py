@@ -16,6 +16,8 @@ from regression.diagnose.explain import DIFF, LAYOUT, NEW, SAME, UNKNOWN, CallRo
     Explanation, call_rows, explain, explanation_lines
 from regression.diagnose.html import FLOOR, page
 from regression.diagnose.trace import Call, Trace, Tracer, read_trace, write_outputs
+from regression.diagnose.tracing import write_page
+from regression.errors import RegressionError
 from regression.tensordiff import scan
 
 
@@ -172,3 +174,18 @@ def test_a_case_without_module_calls_says_so() -> None:
     assert "No torch.nn.Module was called in the test's body: nothing to plot." in text
     assert "No parameters or buffers were traced." in text
     assert '<div class="tree"></div>' in text
+
+
+def test_the_page_is_written_where_asked_and_a_place_it_cannot_be_is_an_error(
+        tmp_path: Path) -> None:
+    reference, candidate = _traced(tmp_path / "r"), _traced(tmp_path / "c", bump=1e-3)
+    found = explain(reference, candidate)
+    target = tmp_path / "new" / "folder" / "page.html"
+    write_page(target, "t::c", "v1", (reference, candidate), found, ["the report"])
+    assert "<pre>the report</pre>" in target.read_text(encoding="utf-8")
+    (tmp_path / "a-file").write_text("")
+    for blocked in (tmp_path / "a-file" / "page.html", tmp_path / "a-file" / "sub" / "page.html"):
+        with pytest.raises(RegressionError) as raised:
+            write_page(blocked, "t::c", "v1", (reference, candidate), found, [])
+        assert str(raised.value) == (f"--html {blocked}: cannot be written (a part of its "
+                                     "folder is a file); name a file in a folder you can write")
