@@ -47,6 +47,19 @@ def _translate(work: Callable[[], T], device: str | None = None) -> T:
         raise Exit(f"torch-regression: {exc}", code=getattr(exc, "exit_code", 2)) from None
 
 
+HELP_TOKENS = ("--help", "-h")
+
+
+def _help_if_asked(name: str, *positionals: str) -> bool:
+    """`invoke explain --help`: invoke hands --help to a task's positional argument; show the help."""
+    if not any(value in HELP_TOKENS for value in positionals):
+        return False
+    from invoke.program import Program
+
+    Program(namespace=ns, name="invoke", binary="invoke").run(["invoke", "--help", name], exit=False)
+    return True
+
+
 def _choose_device(device: str | None) -> None:
     """--device: config.yaml's `device` overridden for this run and every process it starts."""
     if device is None:
@@ -278,8 +291,9 @@ def compare(c: Context, candidate: str, reference: str | None = None, shard: str
             strict: bool = False, junitxml: str | None = None, device: str | None = None
             ) -> None:
     """Check one revision against another, both checked out as worktrees."""
-    _exit_with(_translate(lambda: _compare(reference, candidate, shard, strict, junitxml),
-                          device))
+    if not _help_if_asked("compare", candidate):
+        _exit_with(_translate(lambda: _compare(reference, candidate, shard, strict, junitxml),
+                              device))
 
 
 def _key(reference: str | None, shard_spec: str | None, explain: bool,
@@ -439,7 +453,8 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
            scan: bool = False, device: str | None = None) -> None:
     """Find, for each case whose outputs differ, the first commit after good whose outputs
     of it differ from good's."""
-    _translate(lambda: _bisect(good, bad, case, scan), device)
+    if not _help_if_asked("bisect", good, bad):
+        _translate(lambda: _bisect(good, bad, case, scan), device)
 
 
 def _explain(case: str, reference: str | None, html: str | None) -> None:
@@ -461,7 +476,7 @@ def _explain(case: str, reference: str | None, html: str | None) -> None:
             print(f"wrote {page}: open it in a browser")
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "case": "the case: a node id as pytest prints it, or a -k expression that matches one "
             "case, e.g. 'test_forward and vit-tiny'",
     "reference": REFERENCE_HELP,
@@ -473,7 +488,8 @@ def explain(c: Context, case: str, reference: str | None = None, device: str | N
             html: str | None = None) -> None:
     """Name the first layer whose outputs differ from the reference's, with its inputs the
     same: the case runs at both with every module call traced."""
-    _translate(lambda: _explain(case, reference, html), device)
+    if not _help_if_asked("explain", case):
+        _translate(lambda: _explain(case, reference, html), device)
 
 
 cache = Collection("cache", list_, verify, prune, clear)
