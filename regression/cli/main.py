@@ -24,7 +24,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ".github/workflows/regression.yml; never over an existing file unless "
                     "--force.")
     init.add_argument("--force", action="store_true", help="overwrite files that exist")
-    init.add_argument("--shards", type=int, default=4, help="CI runners to split into (4)")
+    init.add_argument("--shards", type=int, default=None,
+                      help="CI runners to split into (default: as the suite needs, from "
+                           "recorded durations or the number of tests; 1 for a new suite)")
     init.add_argument("--python", default=platform.python_version(),
                       help="the exact Python version CI sets up (default: this one's, "
                            f"{platform.python_version()})")

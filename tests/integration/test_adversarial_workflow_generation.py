@@ -73,7 +73,7 @@ def test_a_python_version_is_written_as_the_one_string_setup_python_reads(
     workflow = yaml.safe_load((repo.path / WORKFLOW).read_text())
     setup = [s for s in workflow["jobs"]["regression"]["steps"]
              if "setup-python" in s.get("uses", "")]
-    assert [s["with"] for s in setup] == [{"python-version": python}]
+    assert [s["with"]["python-version"] for s in setup] == [python]
 
 
 @pytest.mark.parametrize("shards", ["0", "65", "-1"])
@@ -166,7 +166,8 @@ def test_device_cuda_writes_a_gpu_workflow_for_a_self_hosted_runner(
     job = yaml.safe_load((repo.path / WORKFLOW).read_text())["jobs"]["regression"]
     assert job["runs-on"] == ["self-hosted", "gpu"]
     install = next(s["run"] for s in job["steps"] if s.get("name") == "Install")
-    assert ".venv/bin/pip install torch  # PyPI's Linux wheel: the CUDA build" in install
+    assert '.venv/bin/pip install "torch" --index-url https://download.pytorch.org/whl/cu' \
+        in install
     assert "whl/cpu" not in install
     assert load_settings(repo.path / "config.yaml").device == "cuda"
     assert "runners labelled self-hosted, gpu: register one that has a GPU" in out

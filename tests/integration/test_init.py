@@ -78,7 +78,7 @@ def test_init_then_fill_in_passes_and_a_numerics_change_is_caught(tmp_path: Path
     assert "warning: your .gitignore hides config.yaml" in done.stdout
     assert "git add -f config.yaml" in done.stdout
     steps = done.stdout.split("next:")[1]
-    assert "invoke test" in steps and "set TORCH_REGRESSION" in steps
+    assert "invoke test" in steps and "check the TORCH_REGRESSION line" in steps
     assert (f"git add tasks.py {STARTER} {WORKFLOW} && git add -f config.yaml && git commit"
             in steps)  # the file .gitignore hides is forced in, and only these files added
     config = (repo.path / "config.yaml").read_text()

@@ -1,0 +1,108 @@
+"""Tests of regression.dependencies: what a project declares it needs, from its own files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from regression.dependencies import Requirement, declared, parse, project_name
+
+PYPROJECT = """\
+[project]
+name = "Vit_Lib"
+dependencies = ["einops>=0.7", "torch >= 2.0, <3", "torchvision; platform_system != 'Darwin'"]
+
+[project.optional-dependencies]
+audio = ["torchaudio==2.13.0"]
+"""
+
+SETUP_CFG = """\
+[metadata]
+name = cfg-lib
+
+[options]
+install_requires =
+    numpy>=1.26
+    torchvision>=0.15
+
+[options.extras_require]
+dev = pytest
+"""
+
+SETUP_PY = """\
+from setuptools import setup
+
+setup(name="vit-pytorch", install_requires=["einops>=0.7.0", "torch>=1.10", 'torchvision'])
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("einops", ("einops", "")),
+        ("Pillow>=9,<11", ("pillow", ">=9,<11")),
+        ("huggingface_hub[cli] >= 0.20 ; python_version >= '3.9'", ("huggingface-hub", ">=0.20")),
+        ("torch==2.3.0+cpu  # the CPU build", ("torch", "==2.3.0+cpu")),
+        ("zope.interface~=6.0", ("zope-interface", "~=6.0")),
+        ('torch>=2"; echo ${{ github.token }}', ("torch", "")),  # no quote, $ or { passes
+        ("torch>=$(whoami)", ("torch", "")),
+    ],
+)
+def test_a_requirement_line_gives_its_normalised_name_and_a_plain_specifier(
+        line: str, expected: tuple[str, str]) -> None:
+    found = parse(line, "x")
+    assert found is not None and (found.name, found.spec) == expected
+
+
+@pytest.mark.parametrize("line", ["", "# a comment", "-r other.txt", "-e .", "--index-url x",
+                                  "https://example.com/pkg.whl", "./local/folder"])
+def test_a_line_that_names_no_package_is_skipped(line: str) -> None:
+    assert parse(line, "x") is None
+
+
+def test_an_extra_marker_makes_a_requirement_optional() -> None:
+    found = parse('torchaudio ; extra == "audio"', "x")
+    assert found == Requirement("torchaudio", "", "x", optional=True)
+
+
+def test_pyproject_dependencies_and_optional_groups_are_read(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT)
+    found = declared(tmp_path)
+    assert [(r.name, r.spec, r.optional) for r in found] == [
+        ("einops", ">=0.7", False), ("torch", ">=2.0,<3", False), ("torchvision", "", False),
+        ("torchaudio", "==2.13.0", True)]
+    assert {r.source for r in found} == {"pyproject.toml"}
+    assert project_name(tmp_path) == "vit-lib"
+
+
+def test_setup_cfg_install_requires_and_extras_are_read(tmp_path: Path) -> None:
+    (tmp_path / "setup.cfg").write_text(SETUP_CFG)
+    found = declared(tmp_path)
+    assert [(r.name, r.spec, r.optional) for r in found] == [
+        ("numpy", ">=1.26", False), ("torchvision", ">=0.15", False), ("pytest", "", True)]
+    assert project_name(tmp_path) == "cfg-lib"
+
+
+def test_setup_py_gives_the_torch_packages_it_names(tmp_path: Path) -> None:
+    (tmp_path / "setup.py").write_text(SETUP_PY)
+    assert [(r.name, r.spec) for r in declared(tmp_path)] == [("torch", ">=1.10"),
+                                                              ("torchvision", "")]
+
+
+def test_requirement_files_at_the_top_and_in_a_requirements_folder_are_read(
+        tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("-r requirements/base.txt\ntorchvision==0.18\n")
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "base.txt").write_text("# base\ntorch==2.3.0\n")
+    found = declared(tmp_path)
+    assert [(r.name, r.spec, r.source) for r in found] == [
+        ("torchvision", "==0.18", "requirements.txt"),
+        ("torch", "==2.3.0", "requirements/base.txt")]
+
+
+@pytest.mark.parametrize("name", ["pyproject.toml", "setup.cfg"])
+def test_a_broken_project_file_declares_nothing_and_raises_nothing(tmp_path: Path,
+                                                                   name: str) -> None:
+    (tmp_path / name).write_text("[project\nname = = 'x'\n")
+    assert declared(tmp_path) == [] and project_name(tmp_path) == ""
