@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import keyword
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any, Mapping, TypeVar
 
 import yaml
 
+from regression.dependencies import normalized
 from regression.errors import ConfigError
 from regression.yamlfile import Lined, YamlProblem, parse
 
@@ -27,6 +29,8 @@ MAX_CONFIG_BYTES = 1 << 20
 """A config is a few hundred bytes; a bigger file is not one (and is not read whole)."""
 
 T = TypeVar("T")
+DISTRIBUTION = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+"""A distribution's name as pip and importlib.metadata take it (PEP 508)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class Settings:
     determinism: Determinism = Determinism()
     device: str = "cpu"
     fingerprint_packages: tuple[str, ...] = ()
+    """Distributions whose versions the key holds beside the subject's own dependencies."""
+    fingerprint_exclude: tuple[str, ...] = ()
+    """Distributions left out of the key, though the subject declares them."""
     cache_dir_setting: str = DEFAULT_CACHE_DIR
     durations_setting: str = DEFAULT_DURATIONS
     pins: Mapping[str, int] = field(default_factory=dict)
@@ -243,20 +250,31 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
             repeat=determinism.integer("repeat", 1, minimum=1, maximum=MAX_REPEAT),
         ),
         device=reader.choice("device", DEVICES, "cpu"),
-        fingerprint_packages=fingerprint.names("packages", required=False),
+        fingerprint_packages=fingerprint.distributions("packages"),
+        fingerprint_exclude=fingerprint.distributions("exclude_packages"),
         cache_dir_setting=reader.cache_dir("cache_dir", path.parent),
         durations_setting=shards.relative_path("durations", DEFAULT_DURATIONS),
         pins=shards.pins("pins"),
     )
     for section in (reader, subject, determinism, fingerprint, shards):
         section.reject_unknown()
+    _require_apart(fingerprint, settings.fingerprint_packages, settings.fingerprint_exclude)
     return settings
+
+
+def _require_apart(fingerprint: _Reader, added: tuple[str, ...],
+                   excluded: tuple[str, ...]) -> None:
+    """A package is either added to the key or left out of it, not both."""
+    both = sorted({normalized(n) for n in added} & {normalized(n) for n in excluded})
+    if both:
+        raise fingerprint._error("exclude_packages", f"{both[0]!r} is also in "
+                                 "fingerprint.packages. Fix: list it in one of the two")
 
 
 SETTING_NAMES = frozenset({
     "reference", "references", "subject", "packages", "path", "tests", "harness",
     "determinism", "seed", "threads", "deterministic_algorithms", "repeat", "device",
-    "fingerprint",
+    "fingerprint", "exclude_packages",
     "cache_dir", "shards", "durations", "pins"})
 """Every setting's name, in any section: a set one is never taken for a misspelling."""
 
@@ -336,6 +354,26 @@ class _Reader:
             problem = _name_problem(item) or (_subject_problem(item) if subject else "")
             if problem:
                 raise self._error(key, problem)
+            if value.count(item) > 1:
+                raise self._error(key, f"{item!r} is listed twice. Fix: list it once")
+        return tuple(value)
+
+    def distributions(self, key: str) -> tuple[str, ...]:
+        """Names of installed distributions, as pip names them (einops, huggingface-hub)."""
+        value = self._get(key, False)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise self._error(key, f"must be a list of names of installed packages, got "
+                                   f"{_shown(dict(value) if isinstance(value, dict) else value)}"
+                                   f", e.g. {self.prefix}{key}: [numpy, einops]")
+        for item in value:
+            if not isinstance(item, str) or not DISTRIBUTION.fullmatch(item):
+                raise self._error(key, f"{_shown(item)} is not a package name as pip writes "
+                                       "it: letters, digits, '.', '_' and '-', e.g. einops or "
+                                       "huggingface-hub")
             if value.count(item) > 1:
                 raise self._error(key, f"{item!r} is listed twice. Fix: list it once")
         return tuple(value)

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import re
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -13,6 +14,9 @@ from typing import Iterable, Mapping
 import xxhash
 
 from regression.config import Settings
+from regression.dependencies import Requirement, distribution_requirements, distributions_of, \
+    normalized, project_name
+from regression.dependencies import declared as declared_requirements
 from regression.determinism import no_cuda_message
 from regression.errors import DeterminismError
 
@@ -44,7 +48,7 @@ def environment_parts(settings: Settings, reference_sha: str) -> dict[str, str]:
         "reference": reference_sha,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "torch": f"{torch.__version__} (git {torch.version.git_version})",
-        "packages": _package_versions(settings.fingerprint_packages),
+        "packages": _package_versions(p.name for p in key_packages(settings)),
         "platform": f"{platform.system().lower()} {platform.machine()}",
         "subject": f"{', '.join(settings.subject_packages)} from {settings.subject_path}",
         "cpu": f"{torch.backends.cpu.get_cpu_capability()}; {_cpu_model()}",
@@ -104,6 +108,56 @@ def differing_parts(recorded: Mapping[str, str], current: Mapping[str, str]) -> 
         for name in names
         if recorded.get(name) != current.get(name)
     ]
+
+
+@dataclass(frozen=True)
+class Package:
+    """A package whose installed version is part of the key, and why it is."""
+
+    name: str
+    why: str
+
+
+def key_packages(settings: Settings) -> list[Package]:
+    """The subject's declared dependencies and config.yaml's fingerprint.packages, less its
+    fingerprint.exclude_packages, by name; torch has a part of its own."""
+    excluded = {normalized(name) for name in (*settings.fingerprint_exclude, "torch")}
+    found = {normalized(name): Package(name, "config.yaml's fingerprint.packages")
+             for name in settings.fingerprint_packages}
+    requirements, _ = subject_requirements(settings)
+    for requirement in requirements:
+        found.setdefault(requirement.name, Package(requirement.name,
+                                                   f"declared by {requirement.source}"))
+    return [found[name] for name in sorted(found) if name not in excluded]
+
+
+def subject_requirements(settings: Settings) -> tuple[list[Requirement], str]:
+    """What the subject requires (not its extras), and where that was read: the installed
+    distributions of its packages, else the project's pyproject.toml or setup.cfg when that
+    project is named as one of them."""
+    found: list[Requirement] = []
+    sources = []
+    project = project_name(settings.root)
+    for distribution in distributions_of(settings.subject_packages, project):
+        requirements = distribution_requirements(distribution) or []
+        found += requirements
+        sources.append(f"the metadata of {distribution}, installed")
+    if sources:
+        return [r for r in found if not r.optional], f"read from {', '.join(sources)}"
+    return _project_requirements(settings)
+
+
+def _project_requirements(settings: Settings) -> tuple[list[Requirement], str]:
+    """The requirements in the project's own files, when that project is the subject."""
+    name = project_name(settings.root)
+    subject = {normalized(package) for package in settings.subject_packages}
+    if not name or name not in subject:
+        why = f"names the project {name!r}" if name else "names no project"
+        return [], (f"none read: {', '.join(settings.subject_packages)} is not installed, and "
+                    f"{settings.root.name}'s pyproject.toml/setup.cfg {why}")
+    declared = [r for r in declared_requirements(settings.root)
+                if r.source in ("pyproject.toml", "setup.cfg") and not r.optional]
+    return declared, f"read from {name}'s pyproject.toml/setup.cfg (it is not installed)"
 
 
 def _package_versions(names: Iterable[str]) -> str:
@@ -242,3 +296,15 @@ def driver_version_in(text: str) -> str:
     """The version in /proc/driver/nvidia/version's text, proprietary or open module."""
     found = re.search(r"Kernel Module(?: for \w+)?\s+(\d+(?:\.\d+)+)", text)
     return found.group(1) if found else "unknown"
+
+
+def package_lines(settings: Settings) -> list[str]:
+    """For `key --explain`: each package whose version is in the key and why, then what
+    was read for the subject's dependencies and what is left out."""
+    _, source = subject_requirements(settings)
+    lines = [f"  {package.name}: {package.why}" for package in key_packages(settings)]
+    left_out = ", ".join(settings.fingerprint_exclude) or "none"
+    return ["packages in the key, and why:", *(lines or ["  none"]),
+            f"  the subject's dependencies: {source}",
+            f"  left out: torch (a part of its own); by fingerprint.exclude_packages: "
+            f"{left_out}"]

@@ -19,7 +19,8 @@ from regression import github
 from regression.store import inventory
 from regression.errors import RegressionError
 from regression.durations import read_durations
-from regression.fingerprint import device_details
+from regression.fingerprint import device_details, package_lines
+from regression.harness import extra_harness_files, harness_files
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from regression.report import generation_lines
 from regression.store.scratch import scratch_folder
@@ -305,10 +306,9 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
     if explain:
         for name, value in suite.entry.parts.items():
             print(f"{name}: {value}")
-        for line in device_details(suite.reference.settings.device):
+        for line in [*device_details(suite.reference.settings.device),
+                     *package_lines(suite.reference.settings), *_harness_lines(suite)]:
             print(line)
-        files = len({c.split("::")[0] for c in suite.cases})
-        print(f"harness: {len(suite.cases)} cases in {files} files")
         print(f"test code: {len(key_code_files(suite))} Python files under "
               f"{', '.join(suite.reference.settings.tests)} (the helpers the tests may import; "
               "those found while recording are also checked per case)")
@@ -318,6 +318,21 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
     if github_output:
         _append_github_output("key", line)
     print(line)
+
+
+def _harness_lines(suite: Suite) -> list[str]:
+    """For `key --explain`: the harness files, each case's test file with the conftest.py
+    files above it and config.yaml's `harness` files."""
+    settings = suite.reference.settings
+    root = settings.root.resolve()
+    tests = sorted({case.split("::")[0] for case in suite.cases})
+    extra = extra_harness_files(root, settings.harness)
+    found = dict.fromkeys(path for test in tests
+                          for path in harness_files(root / test, root, extra))
+    names = [path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+             for path in found]
+    return [f"harness: {len(suite.cases)} cases in {len(tests)} files, hashed with:",
+            *(f"  {name}" for name in names)]
 
 
 def _append_github_output(name: str, value: str | None) -> None:

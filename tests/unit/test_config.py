@@ -535,3 +535,41 @@ def test_a_real_setting_is_never_offered_as_a_misspelling(tmp_path: Path) -> Non
     assert str(error).endswith("missing; this setting is required")
     far = config_error(tmp_path, "reference: v1\nsubject: {packages: [zoo]}\ncolour: blue\n")
     assert "did you mean" not in str(far)
+
+
+def test_fingerprint_packages_and_exclusions_take_names_as_pip_writes_them(
+        tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, MINIMAL + "fingerprint:\n  packages: [numpy, "
+                                   "huggingface-hub, zope.interface]\n  exclude_packages: "
+                                   "einops\n"))
+    assert settings.fingerprint_packages == ("numpy", "huggingface-hub", "zope.interface")
+    assert settings.fingerprint_exclude == ("einops",)
+    assert load_settings(write(tmp_path, MINIMAL)).fingerprint_exclude == ()
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        ("exclude_packages: {a: 1}", "must be a list of names of installed packages, got {'a': 1}, e.g. "
+         "fingerprint.exclude_packages: [numpy, einops]"),
+        ("exclude_packages: [1]", "1 is not a package name as pip writes it"),
+        ("exclude_packages: ['my pkg']", "'my pkg' is not a package name as pip writes it"),
+        ("exclude_packages: [-x]", "'-x' is not a package name as pip writes it"),
+        ("exclude_packages: [einops, einops]", "'einops' is listed twice"),
+        ("packages: [Einops]\n  exclude_packages: [einops]",
+         "'einops' is also in fingerprint.packages. Fix: list it in one of the two"),
+    ],
+    ids=["mapping", "number", "space", "dash", "twice", "both"],
+)
+def test_a_bad_exclusion_names_the_key_and_the_fix(tmp_path: Path, setting: str,
+                                                   words: str) -> None:
+    error = config_error(tmp_path, MINIMAL + f"fingerprint:\n  {setting}\n")
+    assert error.key == "fingerprint.exclude_packages"
+    assert words in str(error)
+    assert str((tmp_path / "config.yaml").resolve()) in str(error)
+
+
+def test_a_misspelt_exclusion_is_an_unknown_setting_with_a_hint(tmp_path: Path) -> None:
+    error = config_error(tmp_path, MINIMAL + "fingerprint:\n  exclude_package: [einops]\n")
+    assert error.key == "fingerprint.exclude_package"
+    assert "did you mean 'exclude_packages'?" in str(error)

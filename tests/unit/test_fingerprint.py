@@ -72,7 +72,7 @@ def test_packages_part_lists_versions_and_missing_packages(tmp_path: Path) -> No
         "pytest", "no_such_package_xyz")), "a")
     from importlib.metadata import version
 
-    assert parts["packages"] == f"pytest {version('pytest')}; no_such_package_xyz <not installed>"
+    assert parts["packages"] == f"no_such_package_xyz <not installed>; pytest {version('pytest')}"
     assert environment_parts(settings(tmp_path), "a")["packages"] == "none"
 
 
@@ -221,3 +221,54 @@ def test_a_loaded_library_is_found_by_its_name_in_this_process() -> None:
     from regression.fingerprint import _loaded_library
     assert "libpython" in _loaded_library("libpython") or "libc.so" in _loaded_library("libc.so")
     assert _loaded_library("libno-such-library.so") == ""
+
+
+SUBJECT_PYPROJECT = """\
+[project]
+name = "zoo"
+dependencies = ["pytest>=7", "Not_Installed_xyz", "torch>=2"]
+
+[project.optional-dependencies]
+extra = ["tabulate"]
+"""
+
+
+def test_the_key_holds_the_subject_s_declared_dependencies(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    from regression.fingerprint import key_packages, package_lines
+
+    (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT)
+    chosen = settings(tmp_path)
+    assert [(p.name, p.why) for p in key_packages(chosen)] == [
+        ("not-installed-xyz", "declared by pyproject.toml"),
+        ("pytest", "declared by pyproject.toml")]  # not torch (its own part), not extras
+    parts = environment_parts(chosen, "a")
+    assert parts["packages"] == f"not-installed-xyz <not installed>; pytest {version('pytest')}"
+    assert "  the subject's dependencies: read from zoo's pyproject.toml/setup.cfg (it is not " \
+           "installed)" in package_lines(chosen)
+
+
+def test_fingerprint_packages_add_to_the_dependencies_and_exclusions_remove_them(
+        tmp_path: Path) -> None:
+    from regression.fingerprint import key_packages, package_lines
+
+    (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT)
+    chosen = settings(tmp_path, fingerprint_packages=("numpy",),
+                      fingerprint_exclude=("not_installed.XYZ",))
+    assert [(p.name, p.why) for p in key_packages(chosen)] == [
+        ("numpy", "config.yaml's fingerprint.packages"),
+        ("pytest", "declared by pyproject.toml")]
+    assert package_lines(chosen)[-1] == ("  left out: torch (a part of its own); by "
+                                         "fingerprint.exclude_packages: not_installed.XYZ")
+
+
+def test_a_project_file_of_another_project_is_not_the_subject_s(tmp_path: Path) -> None:
+    from regression.fingerprint import key_packages, package_lines
+
+    (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT.replace('"zoo"', '"tooling"'))
+    assert key_packages(settings(tmp_path)) == []
+    assert environment_parts(settings(tmp_path), "a")["packages"] == "none"
+    assert package_lines(settings(tmp_path))[1:3] == [
+        "  none", f"  the subject's dependencies: none read: zoo is not installed, and "
+                  f"{tmp_path.name}'s pyproject.toml/setup.cfg names the project 'tooling'"]
