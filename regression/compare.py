@@ -13,6 +13,11 @@ from regression.store.codec import float_bits, path_label
 from regression.tensordiff import CHUNK, headline, report_lines, scan
 
 
+VALUES, SHAPES, DTYPES, ORDER = "values", "shapes", "dtypes", "order"
+KINDS = (VALUES, SHAPES, DTYPES, ORDER)
+"""What a difference is about, the most telling first: a one-line summary names that one."""
+
+
 @dataclass(frozen=True)
 class Difference:
     """One leaf of an output that is not bit-identical to the reference."""
@@ -26,6 +31,8 @@ class Difference:
     reference is 0); None for other values."""
     lines: tuple[str, ...] = ()
     """The full report under the one-line detail (sizes, ULPs, first elements)."""
+    kind: str = VALUES
+    """One of KINDS: shapes also stands for other structure (types, lengths, keys)."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.detail}"
@@ -59,7 +66,8 @@ def compare_outputs(before: dict[str, object], after: dict[str, object]
 def _compare(reference: object, actual: object, path: tuple[object, ...]) -> Iterator[Difference]:
     label = path_label(path)
     if _kind(reference) != _kind(actual):
-        yield Difference(label, f"{_describe(actual)}, reference {_describe(reference)}")
+        yield Difference(label, f"{_describe(actual)}, reference {_describe(reference)}",
+                         kind=SHAPES)
     elif isinstance(reference, torch.Tensor):
         assert isinstance(actual, torch.Tensor)
         difference = compare_tensors(reference, actual, label)
@@ -68,7 +76,8 @@ def _compare(reference: object, actual: object, path: tuple[object, ...]) -> Ite
     elif isinstance(reference, (list, tuple)):
         assert isinstance(actual, (list, tuple))
         if len(reference) != len(actual):
-            yield Difference(label, f"length {len(actual)}, reference {len(reference)}")
+            yield Difference(label, f"length {len(actual)}, reference {len(reference)}",
+                             kind=SHAPES)
         for i, (r, a) in enumerate(zip(reference, actual)):
             yield from _compare(r, a, (*path, i))
     elif isinstance(reference, dict):
@@ -85,14 +94,17 @@ def _compare_dicts(reference: dict[object, object], actual: dict[object, object]
     missing = [k for i, k in ref_keys.items() if i not in new_keys]
     extra = [k for i, k in new_keys.items() if i not in ref_keys]
     if missing:
-        yield Difference(label, f"keys missing: {_describe_keys(missing)}")
+        yield Difference(label, f"keys missing: {_describe_keys(missing)}", kind=SHAPES)
     if extra:
-        yield Difference(label, f"keys not in reference: {_describe_keys(extra)}")
+        yield Difference(label, f"keys not in reference: {_describe_keys(extra)}", kind=SHAPES)
+    inner = [difference for identity, key in ref_keys.items() if identity in new_keys
+             for difference in _compare(reference[key], actual[new_keys[identity]],
+                                        (*path, key))]
     if not missing and not extra and list(ref_keys) != list(new_keys):
-        yield Difference(label, "same keys in another order")
-    for identity, key in ref_keys.items():
-        if identity in new_keys:
-            yield from _compare(reference[key], actual[new_keys[identity]], (*path, key))
+        detail = "same keys in another order" if inner else \
+            "same keys and values, in another order: only the key order differs"
+        yield Difference(label, detail, kind=ORDER)
+    yield from inner
 
 
 def _keys_by_identity(value: dict[object, object]) -> dict[object, object]:
@@ -158,9 +170,11 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
     Works through `chunk` elements at a time, so memory stays the inputs plus small buffers.
     """
     if reference.dtype != actual.dtype:
-        return Difference(label, f"dtype {_signature(actual)}, reference {_signature(reference)}")
+        return Difference(label, f"dtype {_signature(actual)}, reference {_signature(reference)}",
+                          kind=DTYPES)
     if reference.shape != actual.shape:
-        return Difference(label, f"shape {_signature(actual)}, reference {_signature(reference)}")
+        return Difference(label, f"shape {_signature(actual)}, reference {_signature(reference)}",
+                          kind=SHAPES)
     signature = _signature(actual)
     if reference.is_complex():
         reference, actual = torch.view_as_real(reference), torch.view_as_real(actual)

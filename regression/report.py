@@ -52,12 +52,33 @@ def mismatch_message(reference: str, changed: Sequence[tuple[str, Sequence[Diffe
 
 
 def changed_detail(changed: Sequence[tuple[str, Sequence[Difference]]]) -> str:
-    """A changed case in one line: its first difference, and how many outputs differ."""
-    first = str(changed[0][1][0])
+    """A changed case in one line: its most telling difference (values, then shapes, then
+    dtypes, then key order), what else differs, and how many outputs differ."""
+    from regression.compare import KINDS
+
+    found = [(KINDS.index(d.kind) if d.kind in KINDS else 0, index, name, d)
+             for index, (name, differences) in enumerate(changed) for d in differences]
+    _, _, name, first = min(found, key=lambda item: item[:2])
+    rest = Counter(d.kind for _, _, _, d in found if d is not first)
+    also = [_counted(kind, rest[kind]) for kind in KINDS if rest[kind]]
+    verb = "differs" if sum(rest.values()) == 1 else "differ"
+    line = str(first) + (f"; also {_listed(also)} {verb}" if also else "")
     if len(changed) == 1:
-        return first
-    others = ", ".join(repr(name) for name, _ in changed[1:])
-    return f"{first} (and {len(changed) - 1} more outputs differ: {others})"
+        return line
+    others = ", ".join(repr(other) for other, _ in changed if other != name)
+    return f"{line} (and {len(changed) - 1} more outputs differ: {others})"
+
+
+def _counted(kind: str, count: int) -> str:
+    """`count` differences of one kind, in words: 2 more values, 1 shape, the key order."""
+    if kind == "order":
+        return "the key order" if count == 1 else f"the key order of {count} mappings"
+    word = {"values": "more value", "shapes": "shape", "dtypes": "dtype"}.get(kind, kind)
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def largest_relative(differences: Iterable[Difference]) -> float | None:

@@ -191,8 +191,11 @@ def test_missing_and_extra_keys_are_reported() -> None:
                                                "keys not in reference: 'c' (str)"]
 
 
+ORDER_ONLY = "same keys and values, in another order: only the key order differs"
+
+
 def test_key_order_is_a_difference() -> None:
-    assert only(compare({"a": 1, "b": 2}, {"b": 2, "a": 1})).detail == "same keys in another order"
+    assert only(compare({"a": 1, "b": 2}, {"b": 2, "a": 1})).detail == ORDER_ONLY
 
 
 @pytest.mark.parametrize(
@@ -232,7 +235,7 @@ def test_values_under_equal_bit_nan_keys_are_compared_in_order() -> None:
 
 def test_key_order_is_judged_by_type_and_bits() -> None:
     detail = only(compare({1: "a", 1.5: "b"}, {1.5: "b", 1: "a"})).detail
-    assert detail == "same keys in another order"
+    assert detail == ORDER_ONLY
     assert [d.detail for d in compare({1: "a", 2: "b"}, {2: "b", 1.0: "a"})] == [
         "keys missing: 1 (int)", "keys not in reference: 1.0 (float)"]
 
@@ -482,3 +485,21 @@ def test_pieces_are_bounded_in_order_and_views_of_contiguous_input(
     assert all(p.untyped_storage().data_ptr() == storage for p in pieces)
     transposed = list(_pieces(tensor.mT.contiguous().mT if tensor.dim() > 1 else tensor, chunk))
     assert [p.numel() for p in transposed] == [p.numel() for p in pieces]
+
+
+@pytest.mark.parametrize(
+    ("reference", "actual", "kind"),
+    [(torch.zeros(2), torch.ones(2), "values"), (1, 2, "values"),
+     (torch.zeros(2), torch.zeros(3), "shapes"), ([1], [1, 2], "shapes"),
+     ({"a": 1}, {"b": 1}, "shapes"), (torch.zeros(2), [0.0, 0.0], "shapes"),
+     (torch.zeros(2), torch.zeros(2, dtype=torch.float64), "dtypes"),
+     ({"a": 1, "b": 2}, {"b": 2, "a": 1}, "order")],
+    ids=["tensor-values", "scalar", "shape", "length", "keys", "type", "dtype", "order"])
+def test_each_difference_says_what_kind_it_is(reference: object, actual: object,
+                                              kind: str) -> None:
+    assert {d.kind for d in compare(reference, actual)} == {kind}
+
+
+def test_key_order_beside_changed_values_says_only_that_the_order_differs_too() -> None:
+    details = [d.detail for d in compare({"a": 1, "b": 2}, {"b": 3, "a": 1})]
+    assert details == ["same keys in another order", "3, reference 2"]

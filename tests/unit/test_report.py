@@ -159,3 +159,91 @@ def test_not_run_and_generation_lines_indent_a_multi_line_reason_too() -> None:
     assert lines[-1] == "  t.py::a: failed:\n      at x"
     generation = Generation(recorded=["t.py::b"], reused=0, absent={"t.py::a": "E:\n  x"})
     assert "not in reference: t.py::a: E:\n      x" in generation_lines(generation)
+
+
+# changed_detail: the one-line summary of a changed case names the most telling difference
+
+
+def _state(**changes: object) -> dict[str, object]:
+    """A small state_dict, with some entries replaced."""
+    import torch
+
+    state: dict[str, object] = {"fc.weight": torch.zeros(2, 3), "fc.bias": torch.zeros(2),
+                                "norm.weight": torch.ones(3)}
+    state.update(changes)
+    return state
+
+
+def _detail(reference: dict[str, object], actual: dict[str, object]) -> str:
+    from regression.compare import compare
+    from regression.report import changed_detail
+
+    return changed_detail([("state", compare(reference, actual, name="'state'"))])
+
+
+def _reordered(state: dict[str, object]) -> dict[str, object]:
+    return dict(reversed(list(state.items())))
+
+
+def test_a_changed_value_is_named_first_though_the_key_order_changed_too() -> None:
+    import torch
+
+    detail = _detail(_state(), _reordered(_state(**{"fc.bias": torch.tensor([0.0, 1.0])})))
+    assert detail.startswith("'state'['fc.bias']: float32[2]: 1 of 2 elements differ")
+    assert detail.endswith("; also the key order differs")
+
+
+def test_values_come_before_shapes_before_dtypes_before_order() -> None:
+    import torch
+
+    actual = _reordered(_state(**{"fc.weight": torch.zeros(3, 3),
+                                  "norm.weight": torch.ones(3, dtype=torch.float64),
+                                  "fc.bias": torch.ones(2)}))
+    detail = _detail(_state(), actual)
+    assert detail.startswith("'state'['fc.bias']: float32[2]: 2 of 2 elements differ")
+    assert detail.endswith("; also 1 shape, 1 dtype and the key order differ")
+
+
+def test_a_shape_is_named_before_a_dtype_and_the_order() -> None:
+    import torch
+
+    actual = _reordered(_state(**{"norm.weight": torch.ones(3, dtype=torch.float64),
+                                  "fc.weight": torch.zeros(3, 2)}))
+    assert _detail(_state(), actual) == (
+        "'state'['fc.weight']: shape float32[3, 2], reference float32[2, 3]; also 1 dtype "
+        "and the key order differ")
+
+
+def test_a_dtype_is_named_before_the_order() -> None:
+    import torch
+
+    actual = _reordered(_state(**{"fc.bias": torch.zeros(2, dtype=torch.float16)}))
+    assert _detail(_state(), actual) == (
+        "'state'['fc.bias']: dtype float16[2], reference float32[2]; also the key order "
+        "differs")
+
+
+def test_key_order_alone_is_reported_as_such() -> None:
+    assert _detail(_state(), _reordered(_state())) == (
+        "'state': same keys and values, in another order: only the key order differs")
+
+
+def test_missing_keys_rank_with_shapes_after_values() -> None:
+    import torch
+
+    actual = _state(**{"fc.bias": torch.ones(2)})
+    del actual["norm.weight"]
+    detail = _detail(_state(), actual)
+    assert detail.startswith("'state'['fc.bias']: float32[2]: 2 of 2")
+    assert detail.endswith("; also 1 shape differs")
+
+
+def test_several_values_are_counted_and_other_outputs_named() -> None:
+    from regression.compare import compare
+    from regression.report import changed_detail
+
+    changed = [("meta", compare({"n": 3}, {"n": 4}, name="'meta'")),
+               ("state", compare({"a": 1, "b": 2}, {"b": 2, "a": 5}, name="'state'"))]
+    assert changed_detail(changed) == ("'meta'['n']: 4, reference 3; also 1 more value and "
+                                       "the key order differ (and 1 more outputs differ: "
+                                       "'state')")
