@@ -362,16 +362,32 @@ def _shards(count_text: str | None, list_cases: bool) -> None:
     suite = collect(resolve(settings, None))
     durations = read_durations(settings.durations_file)
     known = sum(1 for case in suite.cases if case in durations)
-    print(f"{len(suite.cases)} cases, {known} with recorded durations "
-          f"({settings.durations_file.name})")
-    print(f"{'shard':>5}  {'cases':>5}  {'est. seconds':>12}")
-    for index, cases, seconds in shard_table(suite.cases, count, durations, settings.pins):
-        print(f"{index:>5}  {cases:>5}  {seconds:>12.2f}")
+    for line in _shard_table_lines(list(suite.cases), count, durations, known, settings):
+        print(line)
     if list_cases:
         for index, members in enumerate(assign(suite.cases, count, durations, settings.pins)):
             print(f"shard {index + 1}/{count}:")
             for case in sorted(members):
                 print(f"  {case}")
+
+
+def _shard_table_lines(cases: list[str], count: int, durations: dict[str, float], known: int,
+                       settings: Settings) -> list[str]:
+    """The split as a table; estimated seconds only when some durations are recorded."""
+    table = shard_table(cases, count, durations, settings.pins)
+    name = settings.durations_file.name
+    if not known:
+        return [f"{len(cases)} cases, no recorded durations ({name} "
+                f"{'holds none of them' if settings.durations_file.exists() else 'is missing'})"
+                ": shards are split by a hash of each case's name, so no time can be "
+                "estimated; `invoke test --store-durations` records them",
+                f"{'shard':>5}  {'cases':>5}",
+                *(f"{index:>5}  {number:>5}" for index, number, _ in table)]
+    guessed = f"; the other {len(cases) - known} count as their mean" if known < len(cases) \
+        else ""
+    return [f"{len(cases)} cases, {known} with recorded durations ({name}){guessed}",
+            f"{'shard':>5}  {'cases':>5}  {'est. seconds':>12}",
+            *(f"{index:>5}  {number:>5}  {seconds:>12.2f}" for index, number, seconds in table)]
 
 
 @task(help={"count": "number of shards (default 4)",
@@ -385,10 +401,34 @@ def _cache_dir() -> Path:
     return _settings().cache_dir
 
 
+def _configured_references(settings: Settings) -> dict[str, str]:
+    """config.yaml's reference and named references by commit, to mark their entries; one
+    that does not resolve here (a shallow clone, no repository) is left out."""
+    from regression.revision import open_repo, resolve_revision
+
+    named = [(f"config.yaml's reference {settings.reference}", settings.reference),
+             *((f"config.yaml's references.{name}: {revision}", revision)
+               for name, revision in settings.references.items())]
+    try:
+        repo = open_repo(settings.root)
+    except RegressionError:
+        return {}
+    found: dict[str, str] = {}
+    for label, revision in named:
+        try:
+            found.setdefault(resolve_revision(repo, revision), label)
+        except RegressionError:
+            continue
+    return found
+
+
 @task(name="list")
 def list_(c: Context) -> None:
-    """List the cache entries: reference, key, cases, size, last use, what sets each apart."""
-    for line in _translate(lambda: inventory.list_lines(_cache_dir())):
+    """List the cache entries; * marks config.yaml's reference."""
+    def work() -> list[str]:
+        settings = _settings()
+        return inventory.list_lines(settings.cache_dir, _configured_references(settings))
+    for line in _translate(work):
         print(line)
 
 
@@ -411,13 +451,15 @@ def verify(c: Context) -> None:
     "older-than": "remove entries not used for this long (e.g. 30d, 12h)",
 })
 def prune(c: Context, max_size: str | None = None, older_than: str | None = None) -> None:
-    """Remove old or least recently used entries."""
+    """Remove old or least recently used entries, those bisect made first."""
     def work() -> list[inventory.EntryInfo]:
         if max_size is None and older_than is None:
             raise RegressionError("say what to prune: --max-size SIZE and/or --older-than AGE")
-        return inventory.prune(_cache_dir(),
+        settings = _settings()
+        return inventory.prune(settings.cache_dir,
                                None if max_size is None else inventory.parse_size(max_size),
-                               None if older_than is None else inventory.parse_age(older_than))
+                               None if older_than is None else inventory.parse_age(older_than),
+                               configured=_configured_references(settings))
     for line in inventory.removed_lines(_translate(work)):
         print(line)
     _report_foreign()
@@ -466,8 +508,10 @@ def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> Non
 }, iterable=["case"])
 def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = None,
            scan: bool = False, device: str | None = None) -> None:
-    """Find, for each case whose outputs differ, the first commit after good whose outputs
-    of it differ from good's."""
+    """Find the first commit after --good that changed each differing case.
+
+    For each case whose outputs differ between good and bad: the first commit after good
+    whose outputs of it differ from good's (with --scan: every commit that changed them)."""
     if not _help_if_asked("bisect", good, bad):
         _translate(lambda: _bisect(good, bad, case, scan), device)
 
@@ -501,8 +545,10 @@ def _explain(case: str, reference: str | None, html: str | None) -> None:
 })
 def explain(c: Context, case: str, reference: str | None = None, device: str | None = None,
             html: str | None = None) -> None:
-    """Name the first layer whose outputs differ from the reference's, with its inputs the
-    same: the case runs at both with every module call traced."""
+    """Name the first layer whose outputs differ from the reference's.
+
+    The first module call whose inputs are the same at both and whose outputs differ: the
+    case runs at the reference and here with every module call traced."""
     if not _help_if_asked("explain", case):
         _translate(lambda: _explain(case, reference, html), device)
 

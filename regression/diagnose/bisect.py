@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from regression.store.cache import ABSENT, NONDETERMINISTIC, Entry
+from regression.store.inventory import BISECT
 from regression.errors import RegressionError
 from regression.revision import git_process, run_git, short
 from regression.run.api import Reference, Suite, find_nondeterministic, generate
@@ -100,7 +101,8 @@ def commits_between(reference: Reference, good: str, bad: str) -> list[str]:
 def _at(suite: Suite, sha: str, cases: list[str]) -> Suite:
     """The suite recorded at `sha`, narrowed to `cases`."""
     reference = replace(suite.reference, revision=sha, sha=sha)
-    entry = Entry(suite.entry.directory.parent, {**suite.entry.parts, "reference": sha})
+    entry = Entry(suite.entry.directory.parent, {**suite.entry.parts, "reference": sha},
+                  made_by=BISECT)
     return replace(suite, reference=reference, entry=entry,
                    cases={c: suite.cases[c] for c in cases})
 

@@ -211,8 +211,11 @@ class EntryLock:
 class Entry:
     """The cached reference for one environment fingerprint."""
 
-    def __init__(self, cache_dir: Path, parts: Mapping[str, str]) -> None:
+    def __init__(self, cache_dir: Path, parts: Mapping[str, str], made_by: str = "") -> None:
         self.parts = dict(parts)
+        self.made_by = made_by
+        """The command that created the entry when it was not gen or test ("bisect"): shown
+        by cache.list, and pruned first. Not part of the key."""
         self.key = key_of(self.parts)
         self.directory = cache_dir / self.key
         self.cases = self.directory / CASES
@@ -227,7 +230,8 @@ class Entry:
         parts = body.get("parts")
         if not isinstance(parts, dict):
             raise StoreError(f"{directory / ENTRY_FILE} holds no fingerprint")
-        entry = cls(directory.parent, {str(k): str(v) for k, v in parts.items()})
+        entry = cls(directory.parent, {str(k): str(v) for k, v in parts.items()},
+                    str(body.get("made_by", "")))
         if entry.directory != directory:
             raise CacheError(f"{directory} is foreign: its fingerprint hashes to {entry.key}, "
                              "not to its folder's name")
@@ -295,7 +299,8 @@ class Entry:
         ensure_cache_root(self.directory.parent)
         self.require_own_folders()
         if not self.exists():
-            body = {"format": FORMAT, "parts": self.parts, "created": time.time()}
+            body = {"format": FORMAT, "parts": self.parts, "created": time.time(),
+                    **({"made_by": self.made_by} if self.made_by else {})}
             try:
                 write_atomic(self.directory / ENTRY_FILE, dump_verified(body))
             except CacheWriteError as exc:

@@ -7,11 +7,14 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Collection, Mapping
 
 from regression.store.cache import ENTRY_FILE, Entry, EntryLock, lock_path, remove_folder, stranger, with_fix
 from regression.errors import CacheError, CacheWriteError, RegressionError
 from regression.revision import short
 
+BISECT = "bisect"
+"""Entry.made_by of the entries `invoke bisect` records, one per commit."""
 _ENTRY_NAME = re.compile(r"[0-9a-f]{32}")  # only such names are listed; only proven entries go
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -82,22 +85,54 @@ def removed_lines(removed: list[EntryInfo]) -> list[str]:
     return [*lines, f"removed {len(removed)} entries"]
 
 
-def list_lines(cache_dir: Path) -> list[str]:
-    """A table of the entries: reference, key, cases, size, last used, what sets it apart."""
+def list_lines(cache_dir: Path, configured: Mapping[str, str] | None = None) -> list[str]:
+    """A table of the entries: reference, key, cases, size, last used, what made it, what
+    sets it apart; then what the marks mean. `configured`: config.yaml's references by
+    commit (their entries are marked *)."""
+    configured = configured or {}
     infos = entries(cache_dir)
     if not infos:
         return [f"no cache entries in {cache_dir}"]
     varying = _varying_parts([i.entry.parts for i in infos if i.entry])
-    lines = [f"{'reference':12}  {'key':16}  {'cases':>5}  {'size':>9}  {'last used':16}  "
-             "distinguished by"]
+    only_reference = "the reference only" if len(infos) > 1 else "-"
+    lines = [f"  {'reference':12}  {'key':16}  {'cases':>5}  {'size':>9}  {'last used':16}  "
+             f"{'made by':8}  distinguished by"]
     for info in infos:
-        reference = short(info.entry.parts.get("reference", "?")) if info.entry else "?"
-        key = info.directory.name[:16]
+        reference = info.entry.parts.get("reference", "?") if info.entry else "?"
+        mark = "*" if reference in configured else " "
         apart = ("; ".join(f"{p}={info.entry.parts.get(p, '')}" for p in varying)
                  if info.entry else f"NOT AN ENTRY, {_fate(info)}: {info.fault}")
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.last_used))
-        lines.append(f"{reference:12}  {key:16}  {info.cases:>5}  {human_size(info.size):>9}  "
-                     f"{used:16}  {apart or '-'}")
+        lines.append(f"{mark} {short(reference):12}  {info.directory.name[:16]:16}  "
+                     f"{info.cases:>5}  {human_size(info.size):>9}  {used:16}  "
+                     f"{_made_by(info):8}  {apart or only_reference}")
+    return lines + _legend(infos, configured)
+
+
+def _made_by(info: EntryInfo) -> str:
+    if info.entry is None:
+        return "?"
+    return info.entry.made_by or "gen/test"
+
+
+def made_by_bisect(info: EntryInfo, configured: Collection[str] = ()) -> bool:
+    """An entry `invoke bisect` made for a commit that is not one of config.yaml's
+    references: the first to go when the cache is pruned."""
+    return info.entry is not None and info.entry.made_by == BISECT \
+        and info.entry.parts.get("reference") not in configured
+
+
+def _legend(infos: list[EntryInfo], configured: Mapping[str, str]) -> list[str]:
+    """What the mark and the bisect entries mean, under the table."""
+    present = {i.entry.parts.get("reference") for i in infos if i.entry}
+    lines = [f"* {label} ({short(sha)})" if sha in present
+             else f"  {label} ({short(sha)}) has no entry here: `invoke gen` records it"
+             for sha, label in configured.items()]
+    bisected = sum(made_by_bisect(info, configured) for info in infos)
+    if bisected:
+        lines.append(f"{bisected} {'entry' if bisected == 1 else 'entries'} made by `invoke "
+                     "bisect` (one per commit it recorded): `invoke cache.prune` removes "
+                     "them before any other entry, e.g. `invoke cache.prune --older-than 1d`")
     return lines
 
 
@@ -123,9 +158,10 @@ def verify(cache_dir: Path) -> list[str]:
 
 
 def prune(cache_dir: Path, max_size: int | None, older_than: float | None,
-          now: float | None = None) -> list[EntryInfo]:
+          now: float | None = None, configured: Collection[str] = ()) -> list[EntryInfo]:
     """Remove entries unused for `older_than` seconds, then least recently used ones
-    until the cache holds at most `max_size` bytes; returns what was removed.
+    until the cache holds at most `max_size` bytes, those bisect made (for commits other than
+    the `configured` references) before any other; returns what was removed.
 
     Only proven entries count and go, and leftovers of removals cut short, which never count
     as entries, go whatever the limits; the rest is left alone (`foreign`).
@@ -133,7 +169,8 @@ def prune(cache_dir: Path, max_size: int | None, older_than: float | None,
     now = time.time() if now is None else now
     found = entries(cache_dir)
     removed = [info for info in found if info.leftover and remove_entry(info.directory)]
-    infos = [info for info in found if info.entry is not None]
+    infos = sorted((info for info in found if info.entry is not None),
+                   key=lambda info: not made_by_bisect(info, configured))  # stable: LRU
     total = sum(i.size for i in infos)
     for info in infos:
         too_old = older_than is not None and now - info.last_used > older_than

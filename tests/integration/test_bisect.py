@@ -40,6 +40,17 @@ def test_bisect_names_the_commit_that_changed_the_outputs_and_skips_a_broken_one
     recorded = int(text.split("case judged; recorded at ")[1].split()[0])
     assert recorded >= 3  # good, bad, and the commits tried between them
     assert subject_repo.snapshot() == before  # tree, index, HEAD, stash untouched
+    listing = subject_repo.invoke("cache.list").stdout.splitlines()
+    rows = listing[1:-2]  # under the header, above the two lines that explain the marks
+    assert len(rows) >= recorded and all(line.endswith("  bisect    the reference only")
+                                         for line in rows), listing
+    tag_sha = subject_repo.git("rev-parse", "v1^{commit}")[:12]
+    assert [line[:14] for line in rows if line.startswith("*")] == [f"* {tag_sha}"]
+    assert listing[-2:] == [
+        f"* config.yaml's reference v1 ({tag_sha})",
+        f"{len(rows) - 1} entries made by `invoke bisect` (one per commit it recorded): "
+        "`invoke cache.prune` removes them before any other entry, e.g. `invoke cache.prune "
+        "--older-than 1d`"]
     again = subject_repo.invoke("bisect", "--good", "v1", "--bad", "HEAD")
     assert again.returncode == 0, output(again)
     assert f"{shas['changed'][:12]} changed" in again.stdout

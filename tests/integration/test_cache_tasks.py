@@ -64,9 +64,10 @@ def test_list_prune_and_clear(recorded_subject_repo: Repo) -> None:
     subject_repo = recorded_subject_repo
     assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
     listing = subject_repo.invoke("cache.list").stdout.splitlines()
-    assert len(listing) == 3, listing
+    assert len(listing) == 4, listing
     tag_sha = subject_repo.git("rev-parse", "v1^{commit}")[:12]
-    assert any(line.startswith(tag_sha) for line in listing[1:])
+    assert [line[:14] for line in listing[1:3] if line.startswith("*")] == [f"* {tag_sha}"]
+    assert listing[3] == f"* config.yaml's reference v1 ({tag_sha})"
     entries = [p for p in subject_repo.cache.iterdir() if p.is_dir()]
     oldest = min(entries, key=lambda p: (p / "last-used").stat().st_mtime)
     os.utime(oldest / "last-used", (1, 1))

@@ -28,6 +28,14 @@ def test_shards_split_the_cases_and_an_empty_shard_passes(subject_repo: Repo) ->
 
 def test_durations_are_stored_and_balance_the_shards(subject_repo: Repo) -> None:
     subject_repo.write("tests/test_many.py", PARAMETRIZED)
+    unmeasured = subject_repo.invoke("shards", "--count", "2")
+    assert unmeasured.returncode == 0, output(unmeasured)
+    lines = unmeasured.stdout.splitlines()
+    assert lines[0] == ("7 cases, no recorded durations (.regression-durations.json is "
+                        "missing): shards are split by a hash of each case's name, so no time "
+                        "can be estimated; `invoke test --store-durations` records them")
+    assert lines[1].split() == ["shard", "cases"] and len(lines) == 4
+    assert sum(int(line.split()[1]) for line in lines[2:]) == 7
     done = subject_repo.invoke("test", "--store-durations")
     assert done.returncode == 0, output(done)
     path = subject_repo.path / ".regression-durations.json"

@@ -40,9 +40,10 @@ def cache(tmp_path: Path) -> Path:
     return tmp_path / "cache"
 
 
-def make_entry(cache_dir: Path, used: float | None = None, **changes: str) -> Entry:
+def make_entry(cache_dir: Path, used: float | None = None, made_by: str = "",
+               **changes: str) -> Entry:
     """An entry holding one case with a tensor, last used at `used` when given."""
-    entry = Entry(cache_dir, {**PARTS, **changes})
+    entry = Entry(cache_dir, {**PARTS, **changes}, made_by=made_by)
     entry.create()
     entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("y", torch.arange(4.0)),)))
     if used is not None:
@@ -166,30 +167,86 @@ def test_list_has_a_header_and_one_row_per_entry(cache: Path) -> None:
     unreadable_folder(cache)
     lines = list_lines(cache)
     assert len(lines) == 4
-    assert lines[0].startswith("reference") and lines[0].endswith("distinguished by")
+    assert lines[0].startswith("  reference") and lines[0].endswith("distinguished by")
 
 
 def test_list_distinguishes_entries_only_by_the_parts_that_differ(cache: Path) -> None:
     old = make_entry(cache, used=1000.0, threads="1", reference="f" * 40)
     make_entry(cache, used=2000.0, threads="2")
     header, first, second = list_lines(cache)
-    assert first.startswith("f" * 12 + "  " + old.key[:16])
-    assert second.startswith(REFERENCE[:12])
+    assert first.startswith("  " + "f" * 12 + "  " + old.key[:16])
+    assert second.startswith("  " + REFERENCE[:12])
     assert first.endswith("threads=1") and second.endswith("threads=2")
     assert "torch=" not in first + second and "reference=" not in first + second
 
 
-def test_list_of_entries_differing_only_by_reference_distinguishes_nothing(cache: Path) -> None:
+def test_list_of_entries_differing_only_by_reference_says_so(cache: Path) -> None:
     make_entry(cache, used=1000.0, reference="a" * 40)
     make_entry(cache, used=2000.0, reference="b" * 40)
-    assert [line.endswith("  -") for line in list_lines(cache)[1:]] == [True, True]
+    assert [line.endswith("  the reference only") for line in list_lines(cache)[1:]] == \
+        [True, True]
 
 
 def test_list_marks_an_unreadable_entry(cache: Path) -> None:
     unreadable_folder(cache)
     (row,) = list_lines(cache)[1:]
-    assert row.startswith("?") and "NOT AN ENTRY, left alone:" in row \
+    assert row.startswith("  ?") and "NOT AN ENTRY, left alone:" in row \
         and "corrupt or truncated" in row
+
+
+def test_list_marks_the_configured_reference_and_says_which_it_is(cache: Path) -> None:
+    other = "e" * 40
+    make_entry(cache, used=1000.0, reference=other)
+    make_entry(cache, used=2000.0)
+    lines = list_lines(cache, {REFERENCE: "config.yaml's reference v1.0"})
+    rows = {line[2:14]: line for line in lines[1:3]}
+    assert rows[REFERENCE[:12]].startswith("* ") and rows[other[:12]].startswith("  ")
+    assert lines[3:] == [f"* config.yaml's reference v1.0 ({REFERENCE[:12]})"]
+
+
+def test_list_says_when_the_configured_reference_has_no_entry(cache: Path) -> None:
+    make_entry(cache, reference="e" * 40)
+    lines = list_lines(cache, {REFERENCE: "config.yaml's reference v1.0"})
+    assert not any(line.startswith("*") for line in lines)
+    assert lines[-1] == (f"  config.yaml's reference v1.0 ({REFERENCE[:12]}) has no entry "
+                         "here: `invoke gen` records it")
+
+
+def test_list_names_the_entries_bisect_made_and_that_prune_takes_them_first(
+        cache: Path) -> None:
+    for sha in "abc":
+        make_entry(cache, used=1000.0, made_by="bisect", reference=sha * 40)
+    make_entry(cache, used=500.0, made_by="bisect")  # bisect ran from the reference
+    lines = list_lines(cache, {REFERENCE: "config.yaml's reference v1.0"})
+    made = [line.split()[-4] for line in lines[1:5]]  # made by, before "the reference only"
+    assert made == ["bisect"] * 4
+    assert lines[-1] == ("3 entries made by `invoke bisect` (one per commit it recorded): "
+                         "`invoke cache.prune` removes them before any other entry, e.g. "
+                         "`invoke cache.prune --older-than 1d`")
+    make_entry(cache, threads="2")  # made by gen or test
+    lines = list_lines(cache)
+    assert sum("  gen/test  " in line for line in lines) == 1
+    assert sum("  bisect  " in line for line in lines) == 4
+
+
+def test_who_made_an_entry_is_stored_with_it_and_not_in_its_key(cache: Path) -> None:
+    made = make_entry(cache, made_by="bisect")
+    assert made.key == Entry(cache, PARTS).key
+    assert Entry.from_directory(made.directory).made_by == "bisect"
+    plain = make_entry(cache, threads="2")
+    assert Entry.from_directory(plain.directory).made_by == ""
+
+
+def test_prune_by_size_removes_what_bisect_made_before_older_entries(cache: Path) -> None:
+    old = make_entry(cache, used=1000.0, threads="1")
+    bisected = [make_entry(cache, used=2000.0 + i, made_by="bisect", reference=sha * 40)
+                for i, sha in enumerate("ab")]
+    at_reference = make_entry(cache, used=1500.0, made_by="bisect", threads="3")
+    kept = sum(i.size for i in entries(cache) if i.directory in (old.directory,
+                                                                 at_reference.directory))
+    removed = prune(cache, max_size=kept, older_than=None, configured={REFERENCE})
+    assert [i.directory for i in removed] == [e.directory for e in bisected]
+    assert old.directory.exists() and at_reference.directory.exists()
 
 
 # verify
