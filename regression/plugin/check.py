@@ -23,7 +23,7 @@ from regression.plugin.common import crash_reason, exception_reason, report_reas
 from regression.plugin.relay import LINE, REFUSAL, attach, in_worker
 
 if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
-    from regression.store.cache import CaseRecord, Entry
+    from regression.store.cache import CaseRecord
     from regression.config import Settings
     from regression.plugin.fixture import CheckSink, Regression
     from regression.plugin.prepare import Prepared

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 # Imported before any in-process run: pytester removes the modules a run imported, and

@@ -4,7 +4,6 @@ tanh approximation next to it, and timm's init refactor."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from helpers import CONFIG, TASKS, Repo, init_repo, output
