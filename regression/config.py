@@ -19,6 +19,9 @@ from regression.yamlfile import Lined, YamlProblem, parse
 
 CONFIG_NAME = "config.yaml"
 CACHE_DIR_ENV = "REGRESSION_CACHE_DIR"
+NO_DEFAULT_CACHE_ENV = "REGRESSION_NO_DEFAULT_CACHE"
+"""Set by this project's test suite: a cache folder not chosen by $REGRESSION_CACHE_DIR then
+raises (as pre-commit's tests make its default store raise), so no test touches a real cache."""
 DEVICE_ENV = "REGRESSION_DEVICE"
 """Overrides config.yaml's `device` (the tasks' --device sets it for their processes)."""
 DEFAULT_CACHE_DIR = ".regression-cache"
@@ -79,7 +82,7 @@ class Settings:
         """
         chosen = os.environ.get(CACHE_DIR_ENV)
         if chosen is None:
-            return (self.root / self.cache_dir_setting).resolve()
+            return _default_cache_dir(self.root / self.cache_dir_setting)
         folder, problem = _chosen_cache_dir(self.root, chosen)
         if problem:
             raise ConfigError(f"${CACHE_DIR_ENV}", f"{chosen!r} {problem}; unset it or name a "
@@ -96,6 +99,20 @@ class Settings:
         if reference is None:
             return self.reference
         return self.references.get(reference, reference)
+
+
+class DefaultCacheInTests(AssertionError):
+    """A test reached the cache folder of config.yaml (or the default one). Not a
+    RegressionError: nothing turns it into a message for users, so the test fails loudly."""
+
+
+def _default_cache_dir(folder: Path) -> Path:
+    """config.yaml's cache folder, resolved; under the test suite's guard, an error."""
+    if os.environ.get(NO_DEFAULT_CACHE_ENV):
+        raise DefaultCacheInTests(
+            f"the cache folder {folder} was about to be used, but ${NO_DEFAULT_CACHE_ENV} is "
+            f"set (the test suite sets it): point ${CACHE_DIR_ENV} at a temporary folder")
+    return folder.resolve()
 
 
 def _chosen_cache_dir(root: Path, chosen: str) -> tuple[Path, str]:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from warm_python import WARM, reads_at_load
 
+from regression.config import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
+
 PROJECT = Path(__file__).resolve().parents[2]
 
 CONFIG = """\
@@ -87,7 +89,8 @@ class Repo:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("REGRESSION_", "PYTEST_", "GITHUB_"))}
-        env["REGRESSION_CACHE_DIR"] = str(self.cache)
+        env[CACHE_DIR_ENV] = str(self.cache)
+        env[NO_DEFAULT_CACHE_ENV] = "1"  # only the cache chosen here (tests/conftest.py)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         return with_addopts(env)
 

@@ -10,6 +10,7 @@ import pytest
 
 from regression.config import (
     CACHE_DIR_ENV,
+    NO_DEFAULT_CACHE_ENV,
     DEFAULT_CACHE_DIR,
     Determinism,
     find_config,
@@ -280,6 +281,7 @@ def test_revision_for_resolves_names_revisions_and_default(tmp_path: Path) -> No
 def test_cache_dir_comes_from_config_without_the_variable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    monkeypatch.delenv(NO_DEFAULT_CACHE_ENV)  # this test means the default location
     settings = load_settings(write(tmp_path, FULL))
     assert settings.cache_dir == (tmp_path / ".my-cache").resolve()
 
@@ -287,6 +289,7 @@ def test_cache_dir_comes_from_config_without_the_variable(
 def test_cache_dir_default_is_under_the_root(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    monkeypatch.delenv(NO_DEFAULT_CACHE_ENV)  # this test means the default location
     settings = load_settings(write(tmp_path, MINIMAL))
     assert settings.cache_dir == (tmp_path / DEFAULT_CACHE_DIR).resolve()
 

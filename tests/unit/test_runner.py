@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import CACHE_DIR_ENV, Settings
+from regression.config import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV, Settings
 from regression.run.job import JOB_ENV
 from regression.run.api import _child_environment, _started_as_pytest
 
@@ -23,6 +23,7 @@ def test_pytest_here_sees_the_root_and_the_child_environment_and_leaves_nothing(
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
     monkeypatch.setenv("KEPT", "yes")
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    monkeypatch.delenv(NO_DEFAULT_CACHE_ENV)  # the default location, in tmp_path: the child's
     settings = Settings(path=tmp_path / "config.yaml", reference="HEAD", subject_packages=("s",))
     before = _state()
     with _started_as_pytest(settings, _child_environment(settings, tmp_path / "job.json")):
@@ -36,7 +37,9 @@ def test_pytest_here_sees_the_root_and_the_child_environment_and_leaves_nothing(
     assert _state() == before
 
 
-def test_what_the_run_changed_is_undone_also_when_it_raises(tmp_path: Path) -> None:
+def test_what_the_run_changed_is_undone_also_when_it_raises(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
     settings = Settings(path=tmp_path / "config.yaml", reference="HEAD", subject_packages=("s",))
     before = _state()
     child = _child_environment(settings, tmp_path / "job.json")
