@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers import PROJECT, Repo, output, with_addopts
+from warm_python import invoke_command
 
 WORKFLOW = PROJECT / ".github" / "workflows" / "regression.yml"
 BIN = Path(sys.executable).parent
@@ -77,15 +78,15 @@ def _run_step(step_id: str, clone: Path, shard: int, cache: Path,
            if not k.startswith(("REGRESSION_", "GITHUB_", "PYTEST_"))}
     env.update({k: _expand(v, shard) for k, v in {**job["env"], **step.get("env", {})}.items()})
     env.update(GITHUB_OUTPUT=str(github_output), REGRESSION_CACHE_DIR=str(cache),
-               PYTHONDONTWRITEBYTECODE="1")
+               REGRESSION_NO_DEFAULT_CACHE="1", PYTHONDONTWRITEBYTECODE="1")
     return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=clone, env=with_addopts(env),
                           text=True,
                           capture_output=True, check=False, timeout=600)
 
 
-def _fresh_clone(template: Path, folder: Path) -> Path:
+def _fresh_clone(template: Path, folder: Path, venv: Path) -> Path:
     subprocess.run(["git", "clone", "-q", str(template), str(folder)], check=True)
-    (folder / ".venv").symlink_to(BIN.parent)  # what the workflow's Install step makes
+    (folder / ".venv").symlink_to(venv)  # what the workflow's Install step makes
     return folder
 
 
@@ -99,32 +100,43 @@ def test_workflow_rehearsal_shards_cover_every_case_once_and_reuse_the_cache(
         zoo_repo_template: Path, tmp_path: Path) -> None:
     saved: dict[str, Path] = {}  # what actions/cache/save stored, by exact key
     keys, sharded = set(), []
-    # The second rehearsal, on the last shard, restores what the first saved.
-    for rehearsal, shards in (("first", range(1, SHARDS + 1)), ("second", (SHARDS,))):
-        for shard in shards:
-            clone = _fresh_clone(zoo_repo_template, tmp_path / f"{rehearsal}-{shard}")
-            cache, github_output = clone / ".regression-cache", tmp_path / "out"
-            github_output.write_text("")
-            key_step = _run_step("key", clone, shard, cache, github_output)
-            assert key_step.returncode == 0, output(key_step)
-            key = github_output.read_text().strip().removeprefix("key=")
-            keys.add(key)
-            hit = key in saved
-            if hit:
-                shutil.copytree(saved[key], cache)
-            gen = _run_step("gen", clone, shard, cache, github_output)
-            assert gen.returncode == 0, output(gen)
-            assert ("nothing generated" in gen.stdout) == hit, (rehearsal, output(gen))
-            if not hit:
-                saved[key] = tmp_path / "saved" / key
-                shutil.copytree(cache, saved[key])
-            test = _run_step("test", clone, shard, cache, github_output)
-            assert test.returncode == 0, output(test)
-            if rehearsal == "first":
-                sharded += _cases(clone / f"regression-shard-{shard}.xml")
+    # The steps' own `.venv/bin/invoke`: each run a fork of the warm Python, each recording
+    # its own process, as in `Repo.invoke`.
+    venv = tmp_path / "venv"
+    with invoke_command(venv / "bin" / "invoke"):
+        # The second rehearsal, on the last shard, restores what the first saved.
+        for rehearsal, shards in (("first", range(1, SHARDS + 1)), ("second", (SHARDS,))):
+            for shard in shards:
+                sharded += _rehearse(zoo_repo_template, tmp_path / f"{rehearsal}-{shard}",
+                                     venv, shard, saved, keys, first=rehearsal == "first")
     assert len(keys) == SHARDS  # each shard its own key, the same in both rehearsals
     assert sorted(sharded) == sorted(_collected_cases(zoo_repo_template))
     assert len(sharded) == len(set(sharded)) > SHARDS
+
+
+def _rehearse(template: Path, folder: Path, venv: Path, shard: int, saved: dict[str, Path],
+              keys: set[str], first: bool) -> list[str]:
+    """One shard's job in a fresh clone, with actions/cache's exact-key restore and save;
+    the cases its JUnit report names (first rehearsal only)."""
+    clone = _fresh_clone(template, folder, venv)
+    cache, github_output = clone / ".regression-cache", folder.parent / "out"
+    github_output.write_text("")
+    key_step = _run_step("key", clone, shard, cache, github_output)
+    assert key_step.returncode == 0, output(key_step)
+    key = github_output.read_text().strip().removeprefix("key=")
+    keys.add(key)
+    hit = key in saved
+    if hit:
+        shutil.copytree(saved[key], cache)
+    gen = _run_step("gen", clone, shard, cache, github_output)
+    assert gen.returncode == 0, output(gen)
+    assert ("nothing generated" in gen.stdout) == hit, (folder.name, output(gen))
+    if not hit:
+        saved[key] = folder.parent / "saved" / key
+        shutil.copytree(cache, saved[key])
+    test = _run_step("test", clone, shard, cache, github_output)
+    assert test.returncode == 0, output(test)
+    return _cases(clone / f"regression-shard-{shard}.xml") if first else []
 
 
 def _collected_cases(repo: Path) -> list[str]:

@@ -18,10 +18,12 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 # Read by torch or its libraries when they load, so a fork would not see a change of them.
@@ -123,3 +125,70 @@ WARM = WarmPython()
 def reads_at_load(env: Mapping[str, str]) -> bool:
     """Whether `env` sets a variable that torch or its libraries read only when they load."""
     return any(name.startswith(READ_AT_LOAD) for name in env)
+
+
+COMMAND = """\
+#!{python} -S
+# `invoke ARGS` run by the warm Python of the test that wrote this file (warm_python.py).
+import json, os, socket, sys
+with socket.socket(socket.AF_UNIX) as relay:
+    relay.connect({address!r})
+    request = {{"cwd": os.getcwd(), "args": sys.argv[1:], "env": dict(os.environ)}}
+    relay.sendall(json.dumps(request).encode() + b"\\n")
+    reply = json.loads(relay.makefile(encoding="utf-8").read())
+sys.stdout.write(reply["stdout"])
+sys.stderr.write(reply["stderr"])
+sys.exit(reply["code"])
+"""
+
+
+def _run(request: Mapping[str, object]) -> subprocess.CompletedProcess[str]:
+    """One run asked for by an `invoke` command: warm, unless its environment changes what
+    torch reads as it loads (then a real process, as `Repo.invoke` does)."""
+    cwd, args, env = Path(str(request["cwd"])), list(request["args"]), dict(request["env"])
+    changed = {k: v for k, v in env.items() if os.environ.get(k) != v}
+    changed.pop("PYTHONDONTWRITEBYTECODE", None)  # the warm run follows it too
+    if reads_at_load(changed):
+        return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, env=env,
+                              text=True, capture_output=True, check=False, timeout=TIMEOUT)
+    return WARM.invoke(cwd, args, env)
+
+
+def _serve(listener: socket.socket, stop: threading.Event) -> None:
+    """Answer each `invoke` command's request with its finished run, until `stop`."""
+    while not stop.is_set():
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            continue
+        with connection:
+            connection.settimeout(None)
+            try:
+                done = _run(json.loads(connection.makefile(encoding="utf-8").readline()))
+            except Exception as error:  # told to the command, which fails with it
+                done = subprocess.CompletedProcess([], 1, "", f"warm Python: {error!r}\n")
+            connection.sendall(json.dumps({"code": done.returncode, "stdout": done.stdout,
+                                           "stderr": done.stderr}).encode())
+
+
+@contextlib.contextmanager
+def invoke_command(path: Path) -> Iterator[Path]:
+    """An executable `invoke` at `path` for scripts that call it themselves (the workflow's
+    steps): each run is a fork of the warm Python, as `Repo.invoke`'s are."""
+    with tempfile.TemporaryDirectory(prefix="warm-") as folder:  # a short path: sockets' limit
+        address = str(Path(folder) / "invoke.sock")
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(address)
+            listener.listen()
+            listener.settimeout(0.2)
+            stop = threading.Event()
+            server = threading.Thread(target=_serve, args=(listener, stop), daemon=True)
+            server.start()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(COMMAND.format(python=sys.executable, address=address))
+            path.chmod(0o755)
+            try:
+                yield path
+            finally:
+                stop.set()
+                server.join()
