@@ -5,21 +5,13 @@ Inert for tests that do not use the fixture: nothing heavy is loaded until one d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Union
-
 import pytest
 
 from regression.errors import RegressionError
 from regression.run.job import CHECK, RECORD, current_job
 
-if TYPE_CHECKING:  # each mode is imported only in the runs that use it
-    from regression.plugin.check import Checker
-    from regression.plugin.collect import Collector
-    from regression.plugin.record import Recorder
-
-    Mode = Union[Checker, Collector, Recorder]
-
 MODE_PLUGIN = "torch-regression-mode"
+"""The plugin of this run that serves the `regression` fixture (each mode registers it)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,26 +28,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Register this run's mode plugin before any conftest can import the subject."""
+    """Register this run's plugins, one per concern, as its mode needs them, before any
+    conftest can import the subject."""
     try:
         job = current_job()
     except RegressionError as exc:
         raise pytest.UsageError(f"torch-regression: {exc}") from None
-    mode: Mode
     if job is None or job.mode == CHECK:
-        from regression.plugin.check import Checker
+        from regression.plugin import check
 
-        mode = Checker(early_config, job)
+        check.register(early_config, job)
     elif job.mode == RECORD:
-        from regression.plugin.record import Recorder
+        from regression.plugin import recording
 
-        mode = Recorder(job)
+        recording.register(early_config, job)
     else:
-        from regression.plugin.collect import Collector
+        from regression.plugin import collect
 
-        mode = Collector(job)
-    early_config.pluginmanager.register(mode, MODE_PLUGIN)
-    mode.start()
+        collect.register(early_config, job)
 
 
 @pytest.fixture

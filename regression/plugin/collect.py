@@ -15,6 +15,15 @@ from regression.run.job import Job
 from regression.plugin.common import uses_fixture
 
 
+def register(config: pytest.Config, job: Job) -> None:
+    """The one plugin of a collect run."""
+    from regression.plugin import MODE_PLUGIN
+
+    collector = Collector(job)
+    config.pluginmanager.register(collector, MODE_PLUGIN)
+    collector.start()
+
+
 class Collector:
     """A pytest plugin: lists every regression case pytest collects, deselected ones too
     (a -k or -m in addopts must not shrink what a run is expected to check)."""

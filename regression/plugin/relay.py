@@ -10,7 +10,7 @@ a worker to its controller for any plugin: the warnings it records. A message tr
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -22,7 +22,15 @@ REFUSAL = "refusal"
 ERROR = "error"
 """A recording's error, as JSON data (errors.error_data)."""
 
+SOLO = "solo"
+WORKER = "worker"
+CONTROLLER = "controller"
+"""The roles of a process in a run: alone, or a pytest-xdist worker or controller."""
+
 Receive = Callable[[str, str], None]
+WorkerDone = Callable[[Any, object], None]
+"""In the controller: what a worker handed over when it ended (None if nothing), and the
+error it ended with."""
 
 
 class RelayMessage(UserWarning):
@@ -39,6 +47,14 @@ def in_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def role(config: pytest.Config) -> str:
+    """SOLO, WORKER or CONTROLLER, as pytest-xdist's own plugin tells them apart (its
+    controller's session plugin is registered at pytest_configure: ask no earlier)."""
+    if in_worker(config):
+        return WORKER
+    return CONTROLLER if config.pluginmanager.has_plugin("dsession") else SOLO
+
+
 class Relay:
     """A pytest plugin: sends from a worker; in the controller, hands each distinct message
     to `receive` once, whichever worker sent it and however often."""
@@ -47,6 +63,39 @@ class Relay:
         self.config = config
         self.receive = receive
         self.seen: set[tuple[str, str]] = set()
+        self.workers_done: dict[str, WorkerDone] = {}
+
+    def echo(self, line: str) -> None:
+        """A line for the user, now: a worker's is shown by its controller; where pytest
+        shows no terminal (`invoke gen`), it is printed."""
+        if in_worker(self.config):
+            self.send(LINE, line)
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            print(line, flush=True)
+        else:
+            reporter.ensure_newline()
+            reporter.write_line(line)
+
+    def hand_over(self, key: str, data: object) -> bool:
+        """From a worker: `data` reaches the controller when the worker ends (JSON-able);
+        False where this is no worker."""
+        output = getattr(self.config, "workeroutput", None)
+        if output is None:
+            return False
+        output[key] = data
+        return True
+
+    def on_worker_done(self, key: str, done: WorkerDone) -> None:
+        """In the controller: `done` gets what each worker handed over under `key`."""
+        self.workers_done[key] = done
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        output = getattr(node, "workeroutput", {})
+        for key, done in self.workers_done.items():
+            done(output.get(key), error)
 
     def send(self, kind: str, text: str) -> None:
         """From a worker: `text` goes to the controller now."""

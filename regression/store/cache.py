@@ -60,6 +60,17 @@ class CaseRecord:
 
 
 @dataclass(frozen=True)
+class StagedCase:
+    """A case whose tensors are written and whose record is not yet: see Entry.stage_case."""
+
+    nodeid: str
+    body: Mapping[str, object]
+    tensor_file: str | None
+    fresh: bool
+    """Whether this recording made the tensor file (no earlier one had the same bytes)."""
+
+
+@dataclass(frozen=True)
 class StoredHarness:
     """What a stored case was recorded with: the harness digest and its helpers'."""
 
@@ -343,7 +354,14 @@ class Entry:
 
     def save_case(self, record: CaseRecord) -> None:
         """Store one case atomically: tensors first, then the record that names them."""
-        from regression.store.codec import Encoder
+        self.commit_case(self.stage_case(record), record.helpers)
+
+    def stage_case(self, record: CaseRecord) -> StagedCase:
+        """Write a case's tensors now, and keep only its record's small body: a recording
+        lets go of each case's outputs as it ends, and names the case (commit_case) once the
+        whole recording is proven the reference's. Until then no record names the tensors,
+        so nothing reads them."""
+        from regression.store.codec import Encoder, save_tensors
 
         self.require_own_folders()
         cid = case_id(record.nodeid)
@@ -354,26 +372,38 @@ class Entry:
             "harness": record.harness, "status": record.status, "reason": record.reason,
             "outputs": outputs, "tensors": None, "helpers": dict(record.helpers),
         }
+        tensor_file, fresh = None, False
+        if encoder.tensors:
+            earlier = {p.name for p in self.cases.glob(f"{cid}.*.safetensors")}
+            try:
+                tensor_file, tensor_digest = save_tensors(self.cases, cid,
+                                                          dict(encoder.tensors))
+            except CacheWriteError as exc:
+                raise with_fix(exc, f"cannot store the reference of {record.nodeid}") from None
+            body["tensors"] = {"file": tensor_file, "digest": tensor_digest}
+            fresh = tensor_file not in earlier
+        return StagedCase(record.nodeid, body, tensor_file, fresh)
+
+    def commit_case(self, staged: StagedCase, helpers: Mapping[str, str]) -> None:
+        """Write a staged case's record (with the helpers its recording found), which makes
+        it valid, and remove the tensor files of its earlier recordings."""
+        body = {**staged.body, "helpers": dict(helpers)}
+        cid = case_id(staged.nodeid)
         try:
-            tensor_file = self._write_case(cid, body, encoder.tensors)
+            write_atomic(self.cases / f"{cid}.json", dump_verified(body))
         except CacheWriteError as exc:  # the record is written last: nothing reads as valid
-            raise with_fix(exc, f"cannot store the reference of {record.nodeid}") from None
+            raise with_fix(exc, f"cannot store the reference of {staged.nodeid}") from None
         for old in self.cases.glob(f"{cid}.*.safetensors"):
-            if old.name != tensor_file:
+            if old.name != staged.tensor_file:
                 with suppress(OSError):  # an orphan tensor file is never read
                     old.unlink(missing_ok=True)
 
-    def _write_case(self, cid: str, body: dict[str, object], tensors: Mapping[str, Any]
-                    ) -> str | None:
-        """Write the tensors, then the record that names them; the tensor file's name."""
-        from regression.store.codec import save_tensors
-
-        tensor_file = None
-        if tensors:
-            tensor_file, tensor_digest = save_tensors(self.cases, cid, dict(tensors))
-            body["tensors"] = {"file": tensor_file, "digest": tensor_digest}
-        write_atomic(self.cases / f"{cid}.json", dump_verified(body))
-        return tensor_file
+    def drop_staged(self, staged: StagedCase) -> None:
+        """A recording that is not stored: the tensor files it wrote go (not one an earlier
+        recording wrote with the same bytes, which its record still names)."""
+        if staged.tensor_file and staged.fresh:
+            with suppress(OSError):
+                (self.cases / staged.tensor_file).unlink(missing_ok=True)
 
     def _load_body(self, nodeid: str) -> tuple[dict[str, Any], set[str]] | None:
         """A case's record, checked to decode fully, and the tensor names its values use;

@@ -170,7 +170,8 @@ def test_every_package_the_tool_loads_first_is_refused(tmp_path: Path) -> None:
     """TOOL_IMPORTS stays true: what a recording process has loaded before any test runs."""
     probe = ("import json, sys, sysconfig; started = set(sys.modules); "  # .pth files' own
              "import regression.plugin, regression.cli.tasks, "
-             "regression.plugin.record, regression.plugin.check, torch, pytest; "
+             "regression.plugin.record, regression.plugin.recording, regression.plugin.check, "
+             "torch, pytest; "
              "site = sysconfig.get_path('purelib'); print(json.dumps(sorted({n.split('.')[0] "
              "for n, m in list(sys.modules.items()) if (getattr(m, '__file__', '') or '')"
              ".startswith(site) and n.split('.')[0] not in sys.stdlib_module_names "

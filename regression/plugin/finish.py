@@ -1,0 +1,198 @@
+"""The end of a check run: proves every case it was handed was judged, merges what xdist's
+workers judged, stores durations, and writes the record without which a run does not pass."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from regression.errors import RegressionError
+from regression.plugin.common import crash_reason
+from regression.plugin.judge import OUTCOME
+from regression.plugin.ledger import RunFacts, outcome_from
+from regression.plugin.relay import in_worker
+from regression.report import ERROR, CaseOutcome, not_run_lines
+from regression.run.completion import END, FINISHED, START, Completion
+
+if TYPE_CHECKING:
+    from regression.plugin.check import Check
+    from regression.plugin.judge import Judge
+
+WORKER_KEY = "torch_regression"
+
+
+class Finish:
+    """A pytest plugin: follows the run's cases to their end, and judges the run."""
+
+    def __init__(self, check: Check, judge: Judge) -> None:
+        self.check = check
+        self.judge = judge
+        self.ledger = check.ledger
+        self.config = check.config
+        self.job = check.job
+        self.session: pytest.Session | None = None
+        self.finished = False
+        """Whether this plugin's end of the run ran: the completion record needs it."""
+        check.relay.on_worker_done(WORKER_KEY, self._worker_done)
+
+    def _facts(self) -> RunFacts:
+        option = self.config.option
+        return RunFacts(bool(option.collectonly), int(option.maxfail or 0))
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        """Note the test in the journal: if the process ends in it, the parent names it."""
+        self.ledger.running = nodeid
+        if self.job is not None and not self.check.gen_only:
+            self.job.note(f"{START}{nodeid}")
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.ledger.running = ""
+        if self.job is not None and not self.check.gen_only:
+            self.job.note(f"{END}{nodeid}")
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """pytest.exit() or Ctrl-C: the cases it cut short are named with the reason."""
+        error = excinfo.value
+        if isinstance(error, pytest.exit.Exception):
+            self.ledger.stop(f"pytest.exit({error.msg!r}) was called")
+        else:
+            self.ledger.stop("it was interrupted (KeyboardInterrupt: Ctrl-C, or raised by code)")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Which tests ran (also in the xdist controller, which sees every worker's), and
+        there each case's outcome as its worker reports it: kept if that worker dies."""
+        if report.when == "call" or not report.passed:
+            self.ledger.ran.add(report.nodeid)
+        fields = getattr(report, OUTCOME, None)
+        if fields is not None and not in_worker(self.config):
+            self.ledger.reported.add(report.nodeid)
+            if fields:
+                self.ledger.judge(outcome_from(fields))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        """xdist's controller: a regression case whose worker died is an error naming it."""
+        if crashitem in self.ledger.reported:  # a regression case: its setup was reported
+            message = (f"{crash_reason(report)}, so it was not judged; `pytest -n 0 "
+                       f"'{crashitem}'` runs it alone and shows why")
+            self.ledger.judge(CaseOutcome(crashitem, ERROR, message))
+
+    def _worker_done(self, data: Any, error: object) -> None:
+        """xdist's controller: merge what a worker expected, saw and reported."""
+        if data:
+            self.ledger.merge(data)
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends its output
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Prove the subject's origin and the run complete; store durations; summaries.
+        An xdist worker hands what it knows to the controller, which judges and reports."""
+        from regression.plugin.summary import write_step_summary
+
+        self.session = session
+        if self.check.refusal:
+            return  # no case ran: the refusal says why, and nothing else is to be said
+        worker = in_worker(self.config)
+        if self.check.gen_only and not worker:
+            if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+                session.exitstatus = pytest.ExitCode.OK
+            self.finished = True
+            return
+        self._verify_origins(session)
+        if self.check.relay.hand_over(WORKER_KEY, self.ledger.data()):
+            return
+        self._require_all_ran(session)
+        self._require_verdicts_passed(session)
+        self._store_durations()
+        if self.ledger.errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a worker's, merged here
+        write_step_summary(self.ledger)
+        self.finished = True
+
+    def _verify_origins(self, session: pytest.Session) -> None:
+        """Regression cases ran here: the candidate must be the working tree (or the
+        candidate's worktree), not an installed copy."""
+        if self.check.prepared is None or not self.judge.compared:
+            return
+        from regression.plugin.importer import verify_origins
+
+        settings = self.check.settings
+        root = self.check.subject_root or settings.root / settings.subject_path
+        try:
+            verify_origins(settings.subject_packages, root)
+        except RegressionError as exc:
+            self.ledger.errors.append(str(exc))
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _require_all_ran(self, session: pytest.Session) -> None:
+        """A run fails unless every case it was handed (invoke's, or those plain pytest
+        selected) ended in a verdict; a shard that is empty by assignment passes."""
+        expected = self.ledger.expected
+        if expected is None:
+            return
+        missing = self.ledger.unjudged()
+        if missing:
+            lines = not_run_lines(missing, len(expected), self._why_not_run)
+            self.ledger.errors.append("\n".join(lines))
+            if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        elif not expected and self.job and self.job.shard and \
+                session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            session.exitstatus = pytest.ExitCode.OK
+
+    def _why_not_run(self, nodeid: str) -> str:
+        return self.ledger.why_not_run(nodeid, self._facts())
+
+    def _require_verdicts_passed(self, session: pytest.Session) -> None:
+        """Fail a run whose pytest counted no failure where a case did not pass: a case
+        skipped at collection that the reference recorded, or a report a hook changed."""
+        failing = self.ledger.failing(self.check.strict)
+        if failing and session.exitstatus in (pytest.ExitCode.OK,
+                                              pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.ledger.errors.append(f"{len(failing)} regression cases did not pass, which "
+                                      "pytest's own count does not show: " + _listed(failing))
+
+    def _store_durations(self) -> None:
+        durations_path = self.config.getoption("regression_durations")
+        if durations_path and self.ledger.durations:
+            from regression.durations import store_durations
+
+            try:
+                store_durations(Path(durations_path), self.ledger.durations)
+            except RegressionError as exc:
+                self.ledger.errors.append(f"the durations were not stored: {exc}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The very end of the run: the last word on its exit status, and in a run invoke
+        started, the record without which it does not pass."""
+        if in_worker(config) or not self.finished or self.session is None:
+            return
+        gen_only = self.check.gen_only
+        unjudged = [] if gen_only else self.ledger.unjudged()
+        failing = [] if gen_only else self.ledger.failing(self.check.strict)
+        _keep_failed(self.session, [*failing, *(f"NO VERDICT {n}" for n in unjudged)])
+        if self.job is not None:
+            completion = Completion(int(self.session.exitstatus),
+                                    len(self.ledger.expected or ()),
+                                    [f"{n}: {self._why_not_run(n)}" for n in unjudged],
+                                    failing)
+            self.job.write_result({**(self.job.read_result() or {}),
+                                   FINISHED: completion.data()})
+
+
+def _listed(cases: list[str]) -> str:
+    return ", ".join(cases[:5]) + (" ..." if len(cases) > 5 else "")
+
+
+def _keep_failed(session: pytest.Session, failing: list[str]) -> None:
+    """A run judged failed stays failed: a hook that set its exit status to 0 after this
+    plugin judged it (a conftest's pytest_unconfigure?) is overruled, and named."""
+    if session.exitstatus == pytest.ExitCode.OK and failing:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"torch-regression: the exit status was set to 0 after the run was judged "
+              f"(by a hook?), but {len(failing)} regression cases did not pass: "
+              f"{_listed(failing)}", file=sys.stderr, flush=True)

@@ -1,0 +1,348 @@
+"""A recording process: runs the wanted cases against the subject imported from the
+worktree, and hands each case, as it ends, to the plugin of its job (record, verify or
+trace), which keeps only what the end of the run needs of it."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generator, Protocol
+
+import pytest
+
+from regression import determinism
+from regression.config import load_settings
+from regression.errors import DeterminismError, RegressionError
+from regression.fingerprint import environment_parts
+from regression.harness import extra_harness_files, helper_digests
+from regression.plugin.common import crash_reason, exception_reason, report_reason, \
+    traceback_frames, uses_fixture
+from regression.plugin.importer import TreeWatch, install_redirect, require_own_files, \
+    stop_watching, stray_modules, verify_origins, watch_tree
+from regression.plugin.relay import CONTROLLER, ERROR, Relay, attach, role
+from regression.run.job import PROGRESS, Job
+from regression.store.cache import Entry, Output
+
+if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
+    from regression.plugin.fixture import RecordSink, Regression
+
+WORKER_KEY = "torch_regression_recorded"
+_PYTEST_SETTINGS = ("pyproject.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
+
+
+class Keeper(Protocol):
+    """What a recording does with each case: record it, verify it, or trace it."""
+
+    def case_done(self, nodeid: str, outputs: tuple[Output, ...]) -> None:
+        """A wanted case ended, with what it checked (the recording's `ran` and `absent`
+        say how it ended)."""
+
+    def result(self) -> dict[str, Any]:
+        """Once the recording is proven the reference's: the job's result."""
+
+    def discard(self) -> None:
+        """The recording failed: nothing of it may be kept."""
+
+    def merged(self, results: list[dict[str, Any]]) -> dict[str, Any]:
+        """xdist's controller: the job's result from its workers' results."""
+
+
+def register(config: pytest.Config, job: Job) -> None:
+    """The plugins of a recording: the shared one serves the fixture; the job's keeper."""
+    from regression.plugin import MODE_PLUGIN
+
+    recording = Recording(job)
+    keeper: Keeper
+    if job.trace:
+        from regression.plugin.trace import Trace
+
+        keeper = Trace(recording)
+    elif job.verify:
+        from regression.plugin.verify import Verify
+
+        keeper = Verify(recording)
+    else:
+        from regression.plugin.record import Record
+
+        keeper = Record(recording)
+    recording.keeper = keeper
+    config.pluginmanager.register(recording, MODE_PLUGIN)
+    config.pluginmanager.register(keeper, "torch-regression-keeper")
+    recording.start()
+
+
+class Recording:
+    """A pytest plugin: runs each wanted case at the reference, and says why one is not in
+    the reference."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.settings = load_settings(Path(job.config))
+        self.subject_root = Path(job.subject_root)
+        self.roots = (self.subject_root.resolve(), self.settings.root.resolve())
+        self.keeper: Keeper | None = None
+        self.sinks: dict[str, RecordSink] = {}
+        """The cases under way, with what they checked so far."""
+        self.absent: dict[str, str] = {}
+        self.collect_errors: dict[str, str] = {}
+        self.error_reasons: dict[str, str] = {}
+        self.collected: set[str] | None = None  # None: this process collected nothing
+        self.ran: set[str] = set()
+        self.failed = False
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        """Under pytest-xdist: this worker's id; it stores the cases it ran."""
+        self.from_workers: list[dict[str, Any]] = []
+        self.finished = 0
+        self.config: pytest.Config | None = None
+        self.relay: Relay | None = None
+        self.watch: TreeWatch | None = None
+        """What this process reads from the user's repository, when recording a worktree."""
+        self.test_modules: set[Path] = set()
+        self.helpers: dict[str, str] = {}
+        self._entry: Entry | None = None
+
+    @property
+    def keeps(self) -> Keeper:
+        assert self.keeper is not None
+        return self.keeper
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        self.config = config
+        self.relay = attach(config, self._relayed)
+        self.relay.on_worker_done(WORKER_KEY, self._worker_done)
+
+    def _relayed(self, kind: str, text: str) -> None:
+        """xdist's controller: the first error a worker reports stops the recording."""
+        if kind == ERROR and not self.failed:
+            data = json.loads(text)
+            self.fail(str(data["error"]), str(data["message"]))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        """xdist's controller: a case whose worker died stops the recording, named."""
+        if not self.failed:
+            self.fail("WorkerCrash", f"{crashitem} stopped the recording at the reference: "
+                      f"{crash_reason(report)}. The cases other workers finished are stored; "
+                      "`invoke gen --workers 1` records in one process, whose output shows why.")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A line per wanted case as it finishes, for the parent to show: pytest's own
+        progress stays in the captured output. Under xdist the controller counts."""
+        if report.when != "teardown" or report.nodeid not in self.job.cases or self.worker \
+                or self.config is None:
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        self.finished += 1
+        reporter.ensure_newline()
+        reporter.write_line(f"{PROGRESS}[{self.finished}/{len(self.job.cases)}] "
+                            f"{report.nodeid}", flush=True)
+
+    def start(self) -> None:
+        """Before conftests load: kernel settings, then the import redirect; recording a
+        worktree, its project folder becomes the working folder and the user's repository
+        is watched."""
+        try:
+            determinism.prepare_process(self.settings.device)
+            install_redirect(self.settings.subject_packages, self.subject_root, strict=True)
+        except RegressionError as exc:
+            self.fail(type(exc).__name__, str(exc))
+            raise pytest.UsageError(str(exc)) from None
+        if self.job.workdir:
+            os.chdir(self.job.workdir)  # arguments resolve against where pytest started
+            self.watch = self._tree_watch()
+            watch_tree(self.watch)
+
+    def _tree_watch(self) -> TreeWatch:
+        """A watch of the user's repository: free are the worktree, the cache, git's
+        folder, config.yaml and pytest's settings, and `harness` files; test folders are
+        hashed; the subject's folders are named as such."""
+        root = self.settings.root
+        free = [Path(self.job.workdir), self.subject_root, self.settings.cache_dir, root / ".git"]
+        files = [self.settings.path, *(root / n for n in _PYTEST_SETTINGS),
+                 *extra_harness_files(root, self.settings.harness)]
+        subject = [root / self.settings.subject_path / p for p in self.settings.subject_packages]
+        return TreeWatch(root, free, files, subject, [root / t for t in self.settings.tests])
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if session.config.pluginmanager.has_plugin("dsession"):
+            return  # pytest-xdist's controller runs no case: its workers import torch
+        determinism.apply(self.settings.determinism)  # once here: the first call takes seconds
+        for package in self.settings.subject_packages:
+            try:
+                importlib.import_module(package)
+            except BaseException:  # noqa: B036 - any failure at import is reported as data
+                self.fail("subject_import", traceback.format_exc(limit=-8))
+                if self.worker:
+                    return  # it runs nothing; the relay has told its controller
+                pytest.exit(f"the subject {package!r} failed to import at the reference",
+                            returncode=3)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        self.collected = (self.collected or set()) | {i.nodeid for i in items}
+        self.test_modules |= {i.path for i in items}
+        wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)
+                  and not self.failed]
+        unwanted = [i for i in items if i not in wanted]
+        if unwanted:
+            config.hook.pytest_deselected(items=unwanted)
+        items[:] = wanted
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Cases deselected by -k or -m were collected: they exist at the reference."""
+        self.collected = (self.collected or set()) | {i.nodeid for i in items}
+        self.test_modules |= {i.path for i in items}
+
+    def pytest_exception_interact(self, node: pytest.Item | pytest.Collector,
+                                  call: pytest.CallInfo[object],
+                                  report: pytest.TestReport | pytest.CollectReport) -> None:
+        if call.excinfo is not None:
+            error = call.excinfo.value
+            self.error_reasons[report.nodeid] = exception_reason(
+                error, traceback_frames(error), self.roots)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Remember which files failed to collect at the reference, and why."""
+        if report.failed:
+            self.collect_errors[report.nodeid] = self._reason(report)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if uses_fixture(item):
+            determinism.apply(self.settings.determinism)
+
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        """Files that native code mapped (safetensors) raise no audit event: look now."""
+        if self.watch is not None:
+            self.watch.saw_mappings()
+
+    def fixture(self, item: pytest.Item) -> Regression:
+        from regression.plugin.fixture import RecordSink, Regression
+
+        sink = self.sinks.setdefault(item.nodeid, RecordSink())
+        return Regression(item.nodeid, self.settings.determinism, sink, self.settings.device)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.excinfo is not None and isinstance(call.excinfo.value, DeterminismError):
+            self.fail("DeterminismError", f"{item.nodeid}: {call.excinfo.value}")
+            item.session.shouldstop = "the determinism settings changed during a case"
+        elif call.excinfo is not None:
+            error = call.excinfo.value
+            self.error_reasons[report.nodeid] = exception_reason(
+                error, traceback_frames(error), self.roots)
+        if report.when == "call" or not report.passed:
+            self.ran.add(report.nodeid)
+        if report.failed or report.skipped:
+            verb = "skipped" if report.skipped else "failed"
+            where = "" if self.job.trace else " at the reference"  # explain says where
+            self.absent.setdefault(report.nodeid, f"{verb}{where}: {self._reason(report)}")
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        """Once a case has ended, its keeper takes what it checked, and the case lets go."""
+        result = yield
+        sink = self.sinks.pop(item.nodeid, None)
+        if item.nodeid in self.job.cases and uses_fixture(item):
+            self.keeps.case_done(item.nodeid, tuple(sink.outputs) if sink else ())
+        return result
+
+    def _reason(self, report: pytest.TestReport | pytest.CollectReport) -> str:
+        return self.error_reasons.get(report.nodeid) or report_reason(report)
+
+    def entry(self) -> Entry:
+        """The cache entry of the environment the parent planned for, which must be ours."""
+        if self._entry is None:
+            entry = Entry(self.settings.cache_dir, environment_parts(self.settings,
+                                                                     self.job.reference))
+            if entry.parts != self.job.parts:
+                raise RegressionError(
+                    "the recording process sees another environment than the one that "
+                    "started it: "
+                    f"{sorted(k for k in entry.parts if entry.parts[k] != self.job.parts.get(k))}"
+                )
+            self._entry = entry
+        return self._entry
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends its output
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if session.config.pluginmanager.hasplugin("dsession"):  # xdist's controller
+            self._finish_from_workers(session)
+            return
+        if not self.failed:
+            try:
+                verify_origins(self.settings.subject_packages, self.subject_root)
+                self._require_own_files()
+                self._done(self.keeps.result(), session)
+            except RegressionError as exc:
+                self.fail(type(exc).__name__, str(exc))
+        if self.failed:
+            self.keeps.discard()
+        session.exitstatus = 3 if self.failed else 0
+
+    def _done(self, result: dict[str, Any], session: pytest.Session) -> None:
+        """The result goes to the job file, or from an xdist worker to its controller."""
+        if self.relay is None or not self.relay.hand_over(WORKER_KEY, result):
+            self.job.write_result(result)
+
+    def _worker_done(self, data: Any, error: object) -> None:
+        """xdist's controller: keep what each worker recorded, or its error."""
+        self.from_workers.append(data or {"error": "worker",
+                                          "message": f"an xdist worker stopped: {error}"})
+
+    def _finish_from_workers(self, session: pytest.Session) -> None:
+        errors = [d for d in self.from_workers if "error" in d]
+        if self.failed or errors:
+            if errors and not self.failed:
+                self.fail(str(errors[0]["error"]), str(errors[0]["message"]))
+            session.exitstatus = 3
+            return
+        self.job.write_result(self.keeps.merged(self.from_workers))
+        session.exitstatus = 0
+
+    def _require_own_files(self) -> None:
+        """Every module from the user's repository must be subject (from the worktree),
+        test code or harness, and so must every file read or run from it: anything else
+        would be the candidate posing as reference. What the tests used in the test folders
+        besides the test modules becomes the cases' helpers."""
+        root = self.settings.root
+        tests = [root / t for t in self.settings.tests]
+        harness = extra_harness_files(root, self.settings.harness)
+        stray = stray_modules(root, [self.subject_root, *tests], harness)
+        refused: dict[str, str] = {}
+        if self.watch is not None:
+            self.watch.saw_modules()
+            self.watch.saw_mappings()
+            stop_watching()
+            refused, helpers = self.watch.sorted_out(self.test_modules)
+            self.helpers = helper_digests(root, helpers)
+        require_own_files(stray, refused)
+
+    def not_collected(self, nodeid: str) -> str:
+        """Why a case that did not run is not in the reference; "" if it was collected."""
+        if self.collected is None or nodeid in self.collected:
+            return ""
+        path = nodeid.split("::", 1)[0]
+        for where, error in self.collect_errors.items():
+            if path == where or path.startswith(where.rstrip("/") + "/") or not where:
+                return f"could not be collected at the reference: {error}"
+        return "does not exist at the reference"
+
+    def fail(self, kind: str, message: str) -> None:
+        """Stop the recording with an error the parent raises; a worker's goes to its
+        controller through the relay."""
+        self.failed = True
+        self.error: dict[str, Any] = {"error": kind, "message": message}
+        if not self.worker:
+            self.job.write_result(self.error)
+        elif self.relay is not None:
+            self.relay.send(ERROR, json.dumps(self.error))

@@ -1,0 +1,59 @@
+"""Verify mode (`--repeat`): each case recorded again is compared with what its first
+recording stored, as it ends, and let go."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from regression.errors import RegressionError
+from regression.store.cache import ABSENT, Output
+
+if TYPE_CHECKING:
+    from regression.plugin.recording import Recording
+
+
+class Verify:
+    """A pytest plugin: the cases whose outputs differ from the stored ones, each with the
+    names of those outputs (all of them if it no longer ran)."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.differ: dict[str, list[str]] = {}
+        self.seen: set[str] = set()
+        self.problem: RegressionError | None = None
+
+    def case_done(self, nodeid: str, outputs: tuple[Output, ...]) -> None:
+        if self.problem is not None:
+            return
+        now = outputs if nodeid in self.recording.ran else ()
+        try:
+            self._compare(nodeid, {o.name: o.value for o in now})
+        except RegressionError as exc:
+            self.problem = exc
+
+    def _compare(self, nodeid: str, now: dict[str, object]) -> None:
+        from regression.compare import compare_outputs
+
+        self.seen.add(nodeid)
+        stored = self.recording.entry().load_case(nodeid)
+        if stored is None or stored.status == ABSENT:
+            return
+        before = {o.name: o.value for o in stored.outputs}
+        names = sorted(name for name, _ in compare_outputs(before, now))
+        if names:
+            self.differ[nodeid] = names
+
+    def result(self) -> dict[str, Any]:
+        if self.problem is not None:
+            raise self.problem
+        for nodeid in self.recording.job.cases:
+            if nodeid not in self.seen:
+                self._compare(nodeid, {})
+        return {"differ": {n: self.differ[n] for n in self.recording.job.cases
+                           if n in self.differ}}
+
+    def discard(self) -> None:
+        self.differ.clear()
+
+    def merged(self, results: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"differ": {k: v for d in results for k, v in d["differ"].items()}}
