@@ -169,7 +169,7 @@ class Recording:
         return TreeWatch(root, free, files, subject, [root / t for t in self.settings.tests])
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if session.config.pluginmanager.has_plugin("dsession"):
+        if role(session.config) == CONTROLLER:
             return  # pytest-xdist's controller runs no case: its workers import torch
         determinism.apply(self.settings.determinism)  # once here: the first call takes seconds
         for package in self.settings.subject_packages:
@@ -275,7 +275,7 @@ class Recording:
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends its output
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if session.config.pluginmanager.hasplugin("dsession"):  # xdist's controller
+        if role(session.config) == CONTROLLER:
             self._finish_from_workers(session)
             return
         if not self.failed:

@@ -737,3 +737,29 @@ def test_a_full_disk_while_writing_a_case_record_leaves_the_case_missing(
         entry.save_case(recorded_case())
     assert f"cannot store the reference of {NODEID}: no space left" in str(raised.value)
     assert entry.load_case(NODEID) is None and entry.valid_harness(NODEID) is None
+
+
+def test_a_staged_case_is_not_read_until_committed_with_its_helpers(entry: Entry) -> None:
+    """A recording writes each case's tensors as it ends; only the record, written once the
+    recording is proven the reference's, makes the case valid."""
+    staged = entry.stage_case(recorded_case())
+    assert staged.tensor_file and (entry.cases / staged.tensor_file).is_file()
+    assert entry.load_case(NODEID) is None
+    entry.commit_case(staged, {"tests/helpers.py": "d1"})
+    loaded = entry.load_case(NODEID)
+    assert loaded is not None and loaded.helpers == {"tests/helpers.py": "d1"}
+    assert not compare(recorded_case().outputs[0].value, loaded.outputs[0].value)
+
+
+def test_a_dropped_staging_removes_only_the_tensor_file_it_made(entry: Entry) -> None:
+    entry.save_case(recorded_case())
+    again = entry.stage_case(recorded_case())  # the same bytes: the stored record's file
+    assert not again.fresh
+    entry.drop_staged(again)
+    assert entry.load_case(NODEID) is not None
+    other = CaseRecord(NODEID, "h1", outputs=(Output("logits", torch.ones(2)),))
+    fresh = entry.stage_case(other)
+    assert fresh.fresh and fresh.tensor_file
+    entry.drop_staged(fresh)
+    assert not (entry.cases / fresh.tensor_file).exists()
+    assert len(list(entry.cases.glob("*.safetensors"))) == 1
