@@ -110,12 +110,15 @@ class Judge:
         """A case whose outputs differ fails once, after its body ran: every output it
         checks is compared, so the first difference does not hide the others."""
         result = yield
-        sink = self.sinks.get(item.nodeid)
-        failure = sink.failure() if sink is not None else None
+        failure = self._failure(item.nodeid)  # no frame of the failure holds the reference
         if failure:
             self.failed_on_outputs.add(item.nodeid)
             pytest.fail(failure, pytrace=False)
         return result
+
+    def _failure(self, nodeid: str) -> str | None:
+        sink = self.sinks.get(nodeid)
+        return sink.failure() if sink is not None else None
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: after xfail and skip marks
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]

@@ -16,7 +16,7 @@ import pytest
 # torch (a C extension) cannot be imported twice in one process.
 import regression.plugin.fixture  # noqa: F401 - torch, safetensors, the store
 import regression.plugin.prepare  # noqa: F401 - the cache, GitPython, the runner
-from helpers import CONFIG, Repo, make_subject_repo, output
+from helpers import CONFIG, SUBJECT, Repo, make_subject_repo, output
 
 pytest_plugins = ["pytester"]
 
@@ -90,4 +90,13 @@ def test_the_check_run_lets_go_of_each_case_s_reference(
     text = result.stdout.str() + result.stderr.str()
     assert result.ret == 0, text
     assert "every case is bit-identical to the reference (3 of 3)" in text
+    assert log.read_text().splitlines() == LET_GO
+    # Cases that fail on a change let go of their reference too.
+    pytester.path.joinpath("subj", "__init__.py").write_text(SUBJECT.format(scale="1.5"))
+    log.unlink()
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p",
+                                          "no:hypothesispytest", "tests/test_holders.py")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == 1, text
+    assert "3 cases: 0 identical, 3 changed" in text
     assert log.read_text().splitlines() == LET_GO
