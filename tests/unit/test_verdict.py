@@ -42,10 +42,10 @@ def test_recorded_passed_and_every_output_identical_is_identical() -> None:
 def test_an_output_that_differs_is_changed_and_fails_once() -> None:
     case = body("failed", failure=FAILURE, detail="'out': 2 of 6 differ",
                 differences=("'out': 2 of 6 differ",), failed_on_outputs=True,
-                path="tests/test_m.py", line=7)
+                path="tests/test_m.py", line=7, relative=0.5)
     assert verdict(case) == Verdict(CaseOutcome(ID, CHANGED, "'out': 2 of 6 differ",
                                                 ("'out': 2 of 6 differ",),
-                                                "tests/test_m.py", 7), KEEP, "")
+                                                "tests/test_m.py", 7, 0.5), KEEP, "")
 
 
 def test_a_change_the_body_then_skipped_or_xfailed_still_fails() -> None:
