@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from regression.errors import RegressionError
-from regression.store.cache import ABSENT, CaseRecord, Output, StagedCase
+from regression.store.cache import ABSENT, CaseRecord, Entry, Output, StagedCase
 
 if TYPE_CHECKING:
     from regression.plugin.recording import Recording
@@ -34,7 +34,8 @@ class Record:
         except RegressionError as exc:
             self.problem = exc
 
-    def _created(self) -> Any:
+    def _created(self) -> Entry:
+        """The recording's entry, made once (the parent made it: this only proves it)."""
         entry = self.recording.entry()
         if not self.created:
             entry.create()
