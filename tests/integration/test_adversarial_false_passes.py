@@ -252,6 +252,7 @@ def _run(pytester: pytest.Pytester, mode: str, *args: str, changed: bool = False
 
 # 1. A recorded case must end identical, changed or error: no mark or fixture excuses it.
 
+@pytest.mark.slow
 def test_non_strict_xfail_does_not_hide_a_change(plain: pytest.Pytester) -> None:
     code, text = _run(plain, "", "tests/test_adv.py::test_xfail_lax", changed=True)
     assert code == 1, text

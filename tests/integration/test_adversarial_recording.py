@@ -138,6 +138,7 @@ def mechanisms(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return Run(repo.invoke("gen"), root / "cache")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_a_file_reached_by_path_stops_the_recording(mechanisms: Run, name: str) -> None:
     done = mechanisms.done
@@ -214,6 +215,7 @@ def relative_reads(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.mark.parametrize("case", ["test_open_relative", "test_subject_reads_relative",
                                   "test_torch_load_relative", "test_run_module"])
+@pytest.mark.slow
 def test_relative_reads_while_recording_are_the_reference_s(relative_reads: Run,
                                                             case: str) -> None:
     done = relative_reads.done
@@ -344,6 +346,7 @@ def test_a_test_module_imported_by_another_is_its_helper(helped: Repo, tmp_path:
         done.stderr
 
 
+@pytest.mark.slow
 def test_xdist_workers_record_in_the_worktree_and_watch_it(helped: Repo, tmp_path: Path) -> None:
     repo = _copy(helped, tmp_path)
     repo.write("subj/scale.json", '{"scale": 1.0}\n')

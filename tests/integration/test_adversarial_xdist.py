@@ -47,6 +47,7 @@ def n2_repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     return repo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [(), ("--workers", "2")], ids=["addopts", "workers"])
 def test_a_corrupt_cache_file_is_warned_of_once_then_recorded(n2_repo: Repo,
                                                               workers: tuple[str, ...]) -> None:
@@ -85,6 +86,7 @@ def stray_repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
 @pytest.mark.parametrize("task", [("test",), ("test", "--workers", "2"), ("gen",),
                                   ("gen", "--workers", "2")],
                          ids=["test-addopts", "test-workers", "gen", "gen-workers"])
+@pytest.mark.slow
 def test_a_refused_recording_exits_2_with_its_message_once(stray_repo: Repo,
                                                            task: tuple[str, ...]) -> None:
     done = stray_repo.invoke(*task)
@@ -96,6 +98,7 @@ def test_a_refused_recording_exits_2_with_its_message_once(stray_repo: Repo,
     assert_clean(text)
 
 
+@pytest.mark.slow
 def test_a_subject_that_fails_to_import_at_the_reference_is_refused_once(
         tmp_path: Path) -> None:
     repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
@@ -141,6 +144,7 @@ def crash_repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     return repo
 
 
+@pytest.mark.slow
 def test_a_worker_that_crashes_while_recording_is_named(crash_repo: Repo) -> None:
     done = crash_repo.invoke("gen", "--force", "--workers", "2", env={"CRASH_WHEN": "record"})
     text = output(done)
@@ -153,6 +157,7 @@ def test_a_worker_that_crashes_while_recording_is_named(crash_repo: Repo) -> Non
     assert_clean(text)
 
 
+@pytest.mark.slow
 def test_a_worker_that_crashes_in_a_case_is_an_error_naming_it(crash_repo: Repo) -> None:
     gen = crash_repo.invoke("gen", "--force", "--workers", "2")  # a case error in a worker
     assert gen.returncode == 0, output(gen)
@@ -184,6 +189,7 @@ def pytest_collection_modifyitems(config, items):
 """
 
 
+@pytest.mark.slow
 def test_the_relay_brings_each_line_once_and_is_no_warning(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(RELAYING)
     pytester.makepyfile(test_plain="def test_one():\n    pass\n\ndef test_two():\n    pass\n")
@@ -196,6 +202,7 @@ def test_the_relay_brings_each_line_once_and_is_no_warning(pytester: pytest.Pyte
     assert_clean(text)
 
 
+@pytest.mark.slow
 def test_plain_pytest_with_workers_refuses_with_a_usage_error_once(
         pytester: pytest.Pytester) -> None:
     """No config.yaml: every worker refuses; pytest says it once, exit 4, no crash."""

@@ -57,6 +57,7 @@ def test_bisect_names_the_commit_that_changed_the_outputs_and_skips_a_broken_one
     assert "recorded at 0 commits" in again.stdout  # every recording came from the cache
 
 
+@pytest.mark.slow
 def test_bisect_without_a_difference_and_with_bad_input(subject_repo: Repo) -> None:
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0") + "# harmless\n")
     subject_repo.commit("harmless")

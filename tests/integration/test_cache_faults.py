@@ -85,6 +85,7 @@ def test_damaged_file_stops_no_gen_and_is_rerecorded(repo: Repo, kind: str, faul
     assert repo.invoke("cache.verify").returncode == 0
 
 
+@pytest.mark.slow
 def test_plain_pytest_never_compares_a_corrupt_reference(repo: Repo) -> None:
     _flip(_tensor_file(repo))
     refused = repo.pytest("--regression-no-gen", "tests")
@@ -194,6 +195,7 @@ def test_stale_lock_of_a_killed_process_does_not_block(repo: Repo) -> None:
     assert "recording 1 of 1" in done.stdout
 
 
+@pytest.mark.slow
 def test_four_concurrent_gens_of_one_key_record_once(repo: Repo) -> None:
     shutil.rmtree(repo.cache)
     runs = [subprocess.Popen([sys.executable, "-m", "invoke", "gen"], cwd=repo.path,
@@ -234,6 +236,7 @@ PHASES: dict[str, Callable[[Repo], bool]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", PHASES)
 def test_sigkill_during_gen_leaves_nothing_read_as_valid(big_repo: Repo, tmp_path: Path,
                                                           phase: str) -> None:
@@ -253,6 +256,7 @@ def test_sigkill_during_gen_leaves_nothing_read_as_valid(big_repo: Repo, tmp_pat
     assert len(repo.git("worktree", "list").splitlines()) == 1  # the killed run's was pruned
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_recording_shows_progress_and_keeps_what_was_stored(
         big_repo: Repo, tmp_path: Path) -> None:
     repo = Repo(big_repo.path, tmp_path / "cache")
@@ -296,6 +300,7 @@ def _clean(done: subprocess.CompletedProcess[str]) -> str:
 # links inside the cache: never followed for writing or deleting
 
 
+@pytest.mark.slow
 def test_linked_entry_is_left_by_clear_and_replaced_by_gen(repo: Repo, tmp_path: Path) -> None:
     entry = _entry(repo)
     target = tmp_path / "elsewhere"
@@ -315,6 +320,7 @@ def test_linked_entry_is_left_by_clear_and_replaced_by_gen(repo: Repo, tmp_path:
     assert repo.invoke("test", "--no-gen").returncode == 0
 
 
+@pytest.mark.slow
 def test_linked_cases_folder_is_never_written_through(repo: Repo, tmp_path: Path) -> None:
     cases = _entry(repo) / "cases"
     target = tmp_path / "elsewhere"
@@ -333,6 +339,7 @@ def test_linked_cases_folder_is_never_written_through(repo: Repo, tmp_path: Path
 # a read-only cache (a restored CI cache, a shared read-only mount)
 
 
+@pytest.mark.slow
 def test_read_only_cache_holding_every_case_serves_test_gen_and_pytest(
         repo: Repo, mounts: Mounts) -> None:
     mounts.read_only(repo.cache)
@@ -353,6 +360,7 @@ def test_read_only_cache_holding_every_case_serves_test_gen_and_pytest(
     assert repo.invoke("cache.verify").returncode == 0
 
 
+@pytest.mark.slow
 def test_read_only_cache_missing_a_case_is_a_clear_error(repo: Repo, mounts: Mounts) -> None:
     _case_json(repo).unlink()
     mounts.read_only(repo.cache)
@@ -394,6 +402,7 @@ def test_full_disk_while_storing_tensors_names_the_case_and_stores_nothing_false
     assert "25 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["entry.json", ".gitignore"])
 def test_full_disk_while_making_the_cache_is_a_clear_error(
         subject_repo: Repo, tmp_path: Path, mounts: Mounts, where: str) -> None:

@@ -36,6 +36,7 @@ def test_editing_one_test_file_rerecords_its_cases_only(subject_repo: Repo) -> N
     assert "recording 2 of 2 cases" in forced.stdout, output(forced)
 
 
+@pytest.mark.slow
 def test_key_is_one_line_for_ci_and_follows_the_cpu_capability(subject_repo: Repo,
                                                                tmp_path: Path) -> None:
     done = subject_repo.invoke("key")
@@ -116,6 +117,7 @@ def test_clear_and_prune_leave_what_is_not_an_entry_alone(recorded_subject_repo:
     assert "NOT AN ENTRY, left alone" in subject_repo.invoke("cache.list").stdout
 
 
+@pytest.mark.slow
 def test_gen_never_writes_a_gitignore_into_an_existing_folder(subject_repo: Repo) -> None:
     subject_repo.write("zoo/model.py", "WIDTH = 3\n")
     subject_repo.commit("a zoo folder")

@@ -30,6 +30,7 @@ def _device_cuda(repo: Repo) -> None:
     repo.write("config.yaml", (repo.path / "config.yaml").read_text() + "device: cuda\n")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not NO_GPU, reason="needs a machine without a CUDA device")
 def test_device_cuda_without_a_gpu_is_refused_not_run_on_the_cpu(subject_repo: Repo) -> None:
     _device_cuda(subject_repo)

@@ -18,6 +18,7 @@ def forward(x: torch.Tensor) -> torch.Tensor:
 """
 
 
+@pytest.mark.slow
 def test_helper_package_outside_the_subject_stops_the_recording(subject_repo: Repo) -> None:
     subject_repo.write("zoohelp/__init__.py", "SCALE = 1.0\n")
     subject_repo.write("subj/__init__.py", HELPED_SUBJECT)

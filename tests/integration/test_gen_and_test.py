@@ -10,6 +10,7 @@ import pytest
 from helpers import CONFIG, SUBJECT, Repo, output, stored_files
 
 
+@pytest.mark.slow
 def test_reference_from_annotated_tag_is_identical(subject_repo: Repo) -> None:
     done = subject_repo.invoke("test", process=True)  # end to end: a real `python -m invoke`
     assert done.returncode == 0, output(done)
@@ -36,6 +37,7 @@ def test_uncommitted_change_of_behaviour_is_detected(recorded_subject_repo: Repo
     assert "1 passed" in text  # test_plain does not use the fixture and still runs
 
 
+@pytest.mark.slow
 def test_reference_from_head_tilde_sees_the_change_as_committed(subject_repo: Repo) -> None:
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
     subject_repo.commit("double")
@@ -60,6 +62,7 @@ def test_shallow_clone_says_fetch_depth(subject_repo: Repo, tmp_path: Path) -> N
     assert "shallow" in done.stderr and "fetch-depth: 0" in done.stderr
 
 
+@pytest.mark.slow
 def test_working_tree_index_stash_and_head_are_untouched(subject_repo: Repo) -> None:
     subject_repo.write("stashed.txt", "stash me\n")
     subject_repo.git("add", "stashed.txt")
@@ -74,6 +77,7 @@ def test_working_tree_index_stash_and_head_are_untouched(subject_repo: Repo) -> 
     assert subject_repo.snapshot() == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_subject_failing_to_import_at_the_reference(subject_repo: Repo, workers: str) -> None:
     subject_repo.write("subj/__init__.py", "raise ImportError('broken on purpose')\n")
@@ -121,6 +125,7 @@ def test_second_gen_rewrites_nothing(recorded_subject_repo: Repo) -> None:
     assert stored_files(subject_repo.cache) == stored
 
 
+@pytest.mark.slow
 def test_plain_pytest_records_what_is_missing_unless_told_not_to(subject_repo: Repo) -> None:
     refused = subject_repo.pytest("--regression-no-gen", "tests")
     assert refused.returncode == 1
@@ -134,6 +139,7 @@ def test_plain_pytest_records_what_is_missing_unless_told_not_to(subject_repo: R
     assert "recording" not in output(again)
 
 
+@pytest.mark.slow
 def test_every_differing_output_is_reported_in_one_failure(subject_repo: Repo,
                                                            tmp_path: Path) -> None:
     subject_repo.write("tests/test_subj.py", """\
@@ -204,6 +210,7 @@ def test_recording_stopped_early_by_addopts_stores_nothing_false(subject_repo: R
     assert "tests/test_subj.py::test_forward" in done.stderr
 
 
+@pytest.mark.slow
 def test_k_and_node_ids_record_and_check_only_the_chosen_cases(subject_repo: Repo) -> None:
     subject_repo.write("tests/test_more.py", """\
         import pytest
@@ -251,6 +258,7 @@ def test_k_and_node_ids_record_and_check_only_the_chosen_cases(subject_repo: Rep
      "--case tests/test_subj.py::test_forwad is not a regression case of this suite; did you "
      "mean tests/test_subj.py::test_forward?"),
 ])
+@pytest.mark.slow
 def test_bad_selection_is_a_clear_error(subject_repo: Repo, args: list[str],
                                         message: str) -> None:
     for task in ("test", "gen"):

@@ -46,6 +46,7 @@ def _venv_with_editable_install(repo: Repo, folder: Path) -> str:
     return python
 
 
+@pytest.mark.slow
 def test_editable_src_layout_with_root_conftest_records_the_reference(tmp_path: Path) -> None:
     repo = _src_layout_repo(tmp_path)
     python = _venv_with_editable_install(repo, tmp_path / "venv")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pytest
 
 from helpers import SUBJECT, Repo, output
 
@@ -26,6 +27,7 @@ def test_shards_split_the_cases_and_an_empty_shard_passes(subject_repo: Repo) ->
     assert sorted(seen) == [0, 0, 1]  # one regression case, in exactly one shard
 
 
+@pytest.mark.slow
 def test_durations_are_stored_and_balance_the_shards(subject_repo: Repo) -> None:
     subject_repo.write("tests/test_many.py", PARAMETRIZED)
     unmeasured = subject_repo.invoke("shards", "--count", "2")
@@ -57,6 +59,7 @@ def test_durations_are_stored_and_balance_the_shards(subject_repo: Repo) -> None
     assert sorted(cases) == sorted(durations)
 
 
+@pytest.mark.slow
 def test_pinned_cases_go_to_their_shard(subject_repo: Repo) -> None:
     subject_repo.write("tests/test_many.py", PARAMETRIZED)
     config = (subject_repo.path / "config.yaml").read_text()
@@ -68,6 +71,7 @@ def test_pinned_cases_go_to_their_shard(subject_repo: Repo) -> None:
     assert bad.returncode == 2 and "names shard 2, but there are 1 shards" in bad.stderr
 
 
+@pytest.mark.slow
 def test_compare_two_revisions_in_worktrees(subject_repo: Repo) -> None:
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
     # tasks.py imports the subject from the working tree: the candidate's must still win
@@ -90,6 +94,7 @@ def test_compare_needs_a_known_candidate(subject_repo: Repo) -> None:
     assert "revision 'nope' does not exist" in done.stderr
 
 
+@pytest.mark.slow
 def test_compare_a_candidate_without_config_or_tests_uses_the_working_tree_s(
         subject_repo: Repo) -> None:
     # an upstream tag from before adoption: no config.yaml, no tests, another subject
