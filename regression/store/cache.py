@@ -10,7 +10,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import xxhash
 
@@ -208,6 +208,23 @@ class EntryLock:
         self._lock.release()
 
 
+Stamp = tuple[int, int, int, int, int]
+RACY_NS = 2_000_000_000
+"""A file written this recently may be written again without its times changing (they tick
+coarsely): it is read again each time, as git does with racily clean files."""
+T = TypeVar("T")
+
+
+def stamp(path: Path) -> Stamp | None:
+    """What changes whenever a file is replaced or written: device, inode, size, mtime and
+    ctime in ns (ctime cannot be set back); None when it cannot be read."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
 class Entry:
     """The cached reference for one environment fingerprint."""
 
@@ -219,6 +236,8 @@ class Entry:
         self.key = key_of(self.parts)
         self.directory = cache_dir / self.key
         self.cases = self.directory / CASES
+        self._verified: dict[Path, tuple[Stamp, Any]] = {}
+        """Files verified in this run, by path: read again only once they changed."""
 
     @classmethod
     def from_directory(cls, directory: Path) -> Entry:
@@ -328,7 +347,7 @@ class Entry:
     def verify_identity(self) -> None:
         """Raise unless the stored fingerprint is exactly the current one."""
         self.require_own_folders()
-        body = load_verified(self.directory / ENTRY_FILE)
+        body = self._load_once(self.directory / ENTRY_FILE, load_verified)
         recorded = body.get("parts")
         if not isinstance(recorded, dict) or recorded != self.parts:
             differences = differing_parts(recorded if isinstance(recorded, dict) else {},
@@ -381,6 +400,27 @@ class Entry:
         path = self.case_path(nodeid)
         if not os.path.lexists(path):
             return None
+        return self._load_once(path, lambda p: self._checked_body(p, nodeid))
+
+    def _load_once(self, path: Path, load: Callable[[Path], T]) -> T:
+        """load(path), verified once in a run: a case is planned and then checked, and both
+        read its record. The file is read again if its stamp (inode, size, times) changed,
+        as any rewrite (always a new file, renamed into place) or edit changes it."""
+        before = stamp(path)
+        known = self._verified.get(path)
+        if known is not None and before is not None and known[0] == before:
+            return known[1]  # type: ignore[no-any-return]
+        loaded = load(path)
+        if before is not None and before[3] < time.time_ns() - RACY_NS:
+            self._verified[path] = (before, loaded)
+        return loaded
+
+    def forget(self, nodeid: str) -> None:
+        """Let go of what was kept of a case's record once it is checked."""
+        self._verified.pop(self.case_path(nodeid), None)
+
+    def _checked_body(self, path: Path, nodeid: str) -> tuple[dict[str, Any], set[str]]:
+        """A case's record from `path`, checked to decode fully, and its tensor names."""
         body = load_verified(path)
         if body.get("nodeid") != nodeid or body.get("environment") != self.key:
             raise StoreError(f"{path} belongs to another case or environment")
@@ -420,6 +460,7 @@ class Entry:
         from regression.store.codec import decode, tensors_from_file
 
         loaded = self._load_body(nodeid)
+        self.forget(nodeid)  # read for this case's check: not kept for the rest of the run
         if loaded is None:
             return None
         body, wanted = loaded

@@ -737,3 +737,55 @@ def test_a_full_disk_while_writing_a_case_record_leaves_the_case_missing(
         entry.save_case(recorded_case())
     assert f"cannot store the reference of {NODEID}: no space left" in str(raised.value)
     assert entry.load_case(NODEID) is None and entry.valid_harness(NODEID) is None
+
+
+def _aged(path: Path) -> None:
+    """Make a file look written long ago: files written this instant are never kept."""
+    os.utime(path, (1_000_000_000, 1_000_000_000))
+
+
+def test_a_case_planned_then_checked_reads_its_record_once(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry.save_case(recorded_case())
+    _aged(entry.case_path(NODEID))
+    _aged(entry.directory / "entry.json")
+    entry.verify_identity()
+    assert entry.valid_harness(NODEID) is not None
+    reads: list[Path] = []
+    real = load_verified
+
+    def counted(path: Path) -> dict[str, object]:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr("regression.store.cache.load_verified", counted)
+    entry.verify_identity()
+    record = entry.load_case(NODEID)
+    assert record is not None and record.outputs[0].name == "logits"
+    assert reads == []
+    entry.load_case(NODEID)  # once checked, the record is not kept: read again
+    assert reads == [entry.case_path(NODEID)]
+
+
+@pytest.mark.parametrize("change", ["rewritten", "edited in place", "just written"])
+def test_a_record_that_changed_since_it_was_planned_is_read_again(entry: Entry, change: str
+                                                                  ) -> None:
+    entry.save_case(recorded_case())
+    path = entry.case_path(NODEID)
+    _aged(path)
+    assert entry.valid_harness(NODEID) is not None
+    if change == "rewritten":
+        entry.save_case(CaseRecord(NODEID, "h2"))
+        _aged(path)
+    elif change == "edited in place":
+        data = path.read_bytes()
+        path.write_bytes(data.replace(b'"h1"', b'"h9"'))
+        _aged(path)  # even with its old times: its ctime moved
+    else:
+        entry.save_case(CaseRecord(NODEID, "h2"))  # its times may not have ticked yet
+    if change == "edited in place":
+        with pytest.raises(StoreError, match="content hash does not match"):
+            entry.load_case(NODEID)
+    else:
+        record = entry.load_case(NODEID)
+        assert record is not None and record.harness == "h2"
