@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -454,6 +455,14 @@ class Entry:
                                         body["tensors"]["digest"])
         self._require_tensors(nodeid, wanted, stored)
         return StoredHarness(str(body["harness"]), dict(body["helpers"]))
+
+    def digested_harness(self, nodeid: str) -> str | None:
+        """The harness of a stored case that keeps some tensor as a digest only (None when
+        it keeps every value, or is absent): what `--full-values` records again."""
+        loaded = self._load_body(nodeid)
+        if loaded is None or '"digest":' not in json.dumps(loaded[0]["outputs"]):
+            return None
+        return str(loaded[0]["harness"])
 
     def load_case(self, nodeid: str) -> CaseRecord | None:
         """The stored case, None when there is none; StoreError when it cannot be trusted."""
