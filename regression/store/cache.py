@@ -237,6 +237,8 @@ class Entry:
         self.key = key_of(self.parts)
         self.directory = cache_dir / self.key
         self.cases = self.directory / CASES
+        self._tensor_index: dict[str, set[str]] = {}
+        """Tensor files in the cases folder by case id, listed once (see _tensor_files)."""
         self._verified: dict[Path, tuple[Stamp, Any]] = {}
         """Files verified in this run, by path: read again only once they changed."""
 
@@ -374,14 +376,25 @@ class Entry:
             "harness": record.harness, "status": record.status, "reason": record.reason,
             "outputs": outputs, "tensors": None, "helpers": dict(record.helpers),
         }
+        earlier = self._tensor_files(cid)
         try:
             tensor_file = self._write_case(cid, body, encoder.tensors)
         except CacheWriteError as exc:  # the record is written last: nothing reads as valid
             raise with_fix(exc, f"cannot store the reference of {record.nodeid}") from None
-        for old in self.cases.glob(f"{cid}.*.safetensors"):
-            if old.name != tensor_file:
-                with suppress(OSError):  # an orphan tensor file is never read
-                    old.unlink(missing_ok=True)
+        for old in earlier - {tensor_file}:
+            with suppress(OSError):  # an orphan tensor file is never read
+                (self.cases / old).unlink(missing_ok=True)
+        self._tensor_index[cid] = {tensor_file} if tensor_file else set()
+
+    def _tensor_files(self, cid: str) -> set[str]:
+        """The tensor files of a case in the cases folder, from one listing per entry and
+        run: listing it for every case stored would cost time in the square of the cases."""
+        if not self._tensor_index and self.cases.is_dir():
+            for name in os.listdir(self.cases):
+                if _TENSOR_FILE.fullmatch(name):
+                    self._tensor_index.setdefault(name[:16], set()).add(name)
+            self._tensor_index.setdefault("", set())  # listed, even if empty
+        return set(self._tensor_index.get(cid, ()))
 
     def _write_case(self, cid: str, body: dict[str, object], tensors: Mapping[str, Any]
                     ) -> str | None:
