@@ -48,9 +48,11 @@ MATRIX_CASES, MATRIX_SHARDS = 1200, 16
 
 @dataclass(frozen=True)
 class Sample:
-    """One run: wall seconds and the peak resident memory of its process tree, in bytes."""
+    """One run: wall and CPU (user + system) seconds, and the peak resident memory of its
+    process tree, in bytes. CPU time is the steadier on a busy machine."""
 
     wall: float
+    cpu: float
     peak: int
 
 
@@ -85,20 +87,21 @@ def timed(command: list[str], cwd: Path, env: dict[str, str]) -> Sample:
     """Run `command` under GNU time; its wall time and peak memory."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
         start = time.perf_counter()
-        done = subprocess.run([GNU_TIME, "-o", report.name, "-f", "%M", *command], cwd=cwd,
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run([GNU_TIME, "-o", report.name, "-f", "%M %U %S", *command],
+                              cwd=cwd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}\n"
                              f"{done.stderr[-3000:]}")
-        kib = int(re.findall(r"^\d+$", report.read(), re.MULTILINE)[-1])
-    return Sample(wall, kib * 1024)
+        kib, user, system = re.findall(r"^(\d+) ([\d.]+) ([\d.]+)$", report.read(),
+                                       re.MULTILINE)[-1]
+    return Sample(wall, float(user) + float(system), int(kib) * 1024)
 
 
 def torch_start() -> float:
-    """Seconds for a fresh Python to import torch, median of three."""
+    """CPU seconds for a fresh Python to import torch, median of three."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return statistics.median(timed([sys.executable, "-c", "import torch"], PROJECT, env).wall
+    return statistics.median(timed([sys.executable, "-c", "import torch"], PROJECT, env).cpu
                              for _ in range(3))
 
 
@@ -116,19 +119,22 @@ def measure(suites: list[Suite], rounds: int) -> dict[tuple[int, str], list[Samp
 
 
 def median(samples: list[Sample], field: str) -> float:
-    return statistics.median(getattr(s, field) for s in samples)
+    return float(statistics.median(getattr(s, field) for s in samples))
 
 
 def size_table(taken: dict[tuple[int, str], list[Sample]], caches: dict[int, int]
                ) -> list[str]:
     """Per size: each variant's whole run, cold/warm, peak memory and cache per case."""
     lines = [f"{'cases':>6} {'plain s':>8} {'warm s':>7} {'cold s':>7} {'cold/warm':>10} "
-             f"{'peak plain':>11} {'warm-plain':>11} {'cold-plain':>11} {'cache/case':>11}"]
+             f"{'(CPU)':>6} {'peak plain':>11} {'warm-plain':>11} {'cold-plain':>11} "
+             f"{'cache/case':>11}"]
     for count in caches:
         plain, warm, cold = (median(taken[(count, v)], "wall") for v in VARIANTS)
+        cpu = {v: median(taken[(count, v)], "cpu") for v in VARIANTS}
         memory = {v: median(taken[(count, v)], "peak") for v in VARIANTS}
         lines.append(
             f"{count:>6} {plain:>8.2f} {warm:>7.2f} {cold:>7.2f} {cold / warm:>10.2f} "
+            f"{cpu['cold'] / cpu['warm']:>6.2f} "
             f"{memory['plain'] / 2**20:>8.0f} MB "
             f"{(memory['warm'] - memory['plain']) / 2**20:>8.0f} MB "
             f"{(memory['cold'] - memory['plain']) / 2**20:>8.0f} MB "
@@ -136,40 +142,56 @@ def size_table(taken: dict[tuple[int, str], list[Sample]], caches: dict[int, int
     return lines
 
 
-def per_case(taken: dict[tuple[int, str], list[Sample]], sizes: list[int]) -> dict[str, float]:
+def per_case(taken: dict[tuple[int, str], list[Sample]], sizes: list[int], field: str
+             ) -> dict[str, float]:
     """Seconds each case adds to a run, per variant: the slope between the two largest
     sizes, so that start-up (torch, invoke, collection) does not count."""
     small, large = sorted(sizes)[-2:]
-    return {v: (median(taken[(large, v)], "wall") - median(taken[(small, v)], "wall"))
+    return {v: (median(taken[(large, v)], field) - median(taken[(small, v)], field))
             / (large - small) for v in VARIANTS}
 
 
-def slope_lines(slopes: dict[str, float], sizes: list[int]) -> list[str]:
+def slope_lines(taken: dict[tuple[int, str], list[Sample]], sizes: list[int]) -> list[str]:
     small, large = sorted(sizes)[-2:]
-    return [f"per case (slope from {small} to {large} cases): plain "
-            f"{slopes['plain'] * 1e3:.2f} ms, warm {slopes['warm'] * 1e3:.2f} ms, cold "
-            f"{slopes['cold'] * 1e3:.2f} ms; warm - plain {(slopes['warm'] - slopes['plain']) * 1e3:.2f}"
-            f" ms, cold - plain {(slopes['cold'] - slopes['plain']) * 1e3:.2f} ms"]
+    lines = []
+    for field in ("wall", "cpu"):
+        slopes = {v: s * 1e3 for v, s in per_case(taken, sizes, field).items()}
+        lines.append(f"per case, {field} (slope from {small} to {large} cases): plain "
+                     f"{slopes['plain']:.2f} ms, warm {slopes['warm']:.2f} ms, cold "
+                     f"{slopes['cold']:.2f} ms; warm - plain "
+                     f"{slopes['warm'] - slopes['plain']:.2f} ms, cold - plain "
+                     f"{slopes['cold'] - slopes['plain']:.2f} ms")
+    return lines
 
 
-def matrix(overhead_warm: float, overhead_cold: float, start: float) -> list[str]:
-    """1,200 cases of about 1 s (seeded spread) on 16 shards: the slowest shard, balanced
-    by recorded durations and by hash (no durations yet), against its cases + one start."""
+def matrix(taken: dict[tuple[int, str], list[Sample]], sizes: list[int], start: float
+           ) -> list[str]:
+    """1,200 cases of about 1 s (seeded spread) on 16 shards, balanced by recorded durations
+    and by hash (no durations yet): the slowest shard's time / (its cases + one torch start),
+    with the per-case and fixed costs over plain measured here (CPU seconds)."""
+    slopes = per_case(taken, sizes, "cpu")
+    large = max(sizes)
+    # a cold run runs each case twice (at the reference, then here), as plain pytest would
+    extra = {"warm": slopes["warm"] - slopes["plain"],
+             "cold": slopes["cold"] - 2 * slopes["plain"]}
+    fixed = {v: median(taken[(large, v)], "cpu") - median(taken[(large, "plain")], "cpu")
+             - large * (slopes[v] - slopes["plain"]) for v in ("warm", "cold")}
     chance = random.Random(0)
     seconds = {f"tests/test_models.py::test_forward[m{i:04d}]": chance.lognormvariate(0, 0.5)
                for i in range(MATRIX_CASES)}
     mean = statistics.mean(seconds.values())
     seconds = {case: s / mean for case, s in seconds.items()}  # about 1 s each on average
     lines = [f"{MATRIX_CASES} cases of about 1 s (lognormal, sigma 0.5) on {MATRIX_SHARDS} "
-             f"shards; torch start {start:.2f} s; overhead per case over plain: warm "
-             f"{overhead_warm * 1e3:.2f} ms, cold {overhead_cold * 1e3:.2f} ms (a cold run "
-             "also runs each case a second time, at the reference, and starts torch twice)"]
+             f"shards; torch start {start:.2f} s; over plain pytest (CPU), per case: warm "
+             f"{extra['warm'] * 1e3:.2f} ms, cold {extra['cold'] * 1e3:.2f} ms; per run: warm "
+             f"{fixed['warm']:.2f} s, cold {fixed['cold']:.2f} s (beyond running each case a "
+             "second time, at the reference)"]
     for label, durations in (("balanced by durations", seconds), ("by hash, no durations", {})):
         shards = assign(seconds, MATRIX_SHARDS, durations)
         slowest = max(shards, key=lambda shard: sum(seconds[c] for c in shard))
         own = sum(seconds[c] for c in slowest)
-        warm = start + own + len(slowest) * overhead_warm
-        cold = 2 * start + 2 * own + len(slowest) * overhead_cold
+        warm = start + own + fixed["warm"] + len(slowest) * extra["warm"]
+        cold = start + 2 * own + fixed["cold"] + len(slowest) * extra["cold"]
         mean_shard = sum(seconds.values()) / MATRIX_SHARDS
         lines.append(f"  {label:22}: slowest shard {len(slowest)} cases, {own:.1f} s of cases "
                      f"({own / mean_shard:.3f} x the mean shard); slowest / (its cases + one "
@@ -194,9 +216,8 @@ def main() -> None:
         suites = [Suite(Path(folder) / str(n), n, options.kib) for n in sizes]
         taken = measure(suites, rounds)
         caches = {suite.count: suite.cache_bytes() for suite in suites}
-    slopes = per_case(taken, sizes)
-    lines = [*size_table(taken, caches), *slope_lines(slopes, sizes),
-             *matrix(slopes["warm"] - slopes["plain"], slopes["cold"] - slopes["plain"], start)]
+    lines = [*size_table(taken, caches), *slope_lines(taken, sizes),
+             *matrix(taken, sizes, start)]
     print("\n".join(lines))
 
 
