@@ -335,8 +335,12 @@ class Entry:
         """Raise CacheError when the entry or its cases folder is a link or not a folder:
         the cache never writes or deletes through a link, so such an entry is foreign."""
         for folder in (self.directory, self.cases):
-            if folder.is_symlink() or folder.exists() and not folder.is_dir():
-                what = "a symbolic link" if folder.is_symlink() else "not a folder"
+            try:
+                mode = os.lstat(folder).st_mode  # one call: this runs for every case checked
+            except OSError:
+                continue  # missing: made when needed
+            if not stat.S_ISDIR(mode):
+                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
                 raise CacheError(f"{folder} is {what}, not a folder the cache made; the cache "
                                  "never writes or deletes through a link")
 
