@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import CONFIG, TASKS, Repo, init_repo, output, stored_files
+from helpers import CONFIG, TASKS, init_repo, output, stored_files
 
 SUBJECT = """\
 import torch
