@@ -422,3 +422,18 @@ def test_a_header_parsed_again_gives_the_same_slots_and_its_own_list() -> None:
     assert parse_header(header[8:], size) == slots
     with pytest.raises(ValueError):
         parse_header(header[8:], size + 1)  # the file size is part of what is checked
+
+
+def test_a_header_seen_before_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cases of a suite store tensors of the same names and shapes: one parse serves all."""
+    from regression import strictjson
+    from regression.store.tensorfile import build_header, parse_header
+
+    header, slots = build_header([("only_in_this_test", "F32", (5, 7))])
+    size = max(slot.stop for slot in slots)
+    assert parse_header(header[8:], size) == slots
+    calls: list[object] = []
+    real = strictjson.loads
+    monkeypatch.setattr(strictjson, "loads", lambda *a: calls.append(a) or real(*a))
+    assert parse_header(header[8:], size) == slots
+    assert calls == []
