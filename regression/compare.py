@@ -9,8 +9,10 @@ from typing import Iterator
 
 import torch
 
-from regression.store.codec import float_bits, path_label
-from regression.tensordiff import CHUNK, headline, report_lines, scan
+from regression.store.codec import DTYPES as STORED_DTYPES
+from regression.store.codec import dtype_name, float_bits, path_label
+from regression.store.digest import TensorDigest, digest_tensor, tensor_xxh3
+from regression.tensordiff import CHUNK, SAME_WIDTH_INT, headline, report_lines, scan
 
 
 VALUES, SHAPES, DTYPES, ORDER = "values", "shapes", "dtypes", "order"
@@ -68,6 +70,10 @@ def _compare(reference: object, actual: object, path: tuple[object, ...]) -> Ite
     if _kind(reference) != _kind(actual):
         yield Difference(label, f"{_describe(actual)}, reference {_describe(reference)}",
                          kind=SHAPES)
+    elif isinstance(reference, TensorDigest) or isinstance(actual, TensorDigest):
+        difference = compare_digest(reference, actual, label)  # type: ignore[arg-type]
+        if difference:
+            yield difference
     elif isinstance(reference, torch.Tensor):
         assert isinstance(actual, torch.Tensor)
         difference = compare_tensors(reference, actual, label)
@@ -141,21 +147,72 @@ def _key_text(key: object) -> str:
 
 
 def _kind(value: object) -> str:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, TensorDigest)):
         return "tensor"
     return type(value).__name__
 
 
 def _describe(value: object) -> str:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, TensorDigest)):
         return f"tensor {_signature(value)}"
     if isinstance(value, (list, tuple, dict)):
         return f"{type(value).__name__} of {len(value)}"
     return f"{type(value).__name__} {value!r}"
 
 
-def _signature(tensor: torch.Tensor) -> str:
+def _signature(tensor: torch.Tensor | TensorDigest) -> str:
+    if isinstance(tensor, TensorDigest):
+        return f"{_DTYPE_NAMES.get(tensor.dtype, tensor.dtype)}{list(tensor.shape)}"
     return f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
+
+
+FULL_VALUES = ("the reference kept only a digest of these bytes and the summary above, not "
+               "the values: `invoke test --full-values` records them at the reference and "
+               "reports the difference in full; `invoke explain CASE` traces where it starts")
+
+
+def compare_digest(reference: torch.Tensor | TensorDigest, actual: torch.Tensor | TensorDigest,
+                   label: str = "<value>") -> Difference | None:
+    """The difference between tensors of which one (or both) is stored as a digest: dtype,
+    shape and the xxh3-128 of the bytes; None when all three are equal."""
+    if _dtype_of(reference) != _dtype_of(actual):
+        return Difference(label, f"dtype {_signature(actual)}, reference {_signature(reference)}",
+                          kind=DTYPES)
+    if tuple(reference.shape) != tuple(actual.shape):
+        return Difference(label, f"shape {_signature(actual)}, reference {_signature(reference)}",
+                          kind=SHAPES)
+    if _xxh3(reference) == _xxh3(actual):
+        return None
+    before, after = _digest(reference), _digest(actual)
+    return Difference(label, f"{_signature(actual)}: its bytes differ from the reference's "
+                             "(a digest: the values were not stored)",
+                      lines=(f"reference: {before.summary()}", f"now:       {after.summary()}",
+                             FULL_VALUES))
+
+
+def _same_bits(reference: torch.Tensor, actual: torch.Tensor) -> bool:
+    """Whether two CPU tensors of one dtype and shape hold the same bits (False elsewhere:
+    the chunked scan then decides, copying a piece at a time)."""
+    if reference.device.type != "cpu" or actual.device.type != "cpu":
+        return False
+    integers = SAME_WIDTH_INT[reference.element_size()]
+    return bool(torch.equal(reference.view(integers), actual.view(integers)))
+
+
+def _dtype_of(value: torch.Tensor | TensorDigest) -> str:
+    return value.dtype if isinstance(value, TensorDigest) else dtype_name(value.dtype)
+
+
+def _xxh3(value: torch.Tensor | TensorDigest) -> str:
+    return value.xxh3 if isinstance(value, TensorDigest) else tensor_xxh3(value)
+
+
+def _digest(value: torch.Tensor | TensorDigest) -> TensorDigest:
+    return value if isinstance(value, TensorDigest) else digest_tensor(value)
+
+
+_DTYPE_NAMES = {name: str(dtype).removeprefix("torch.")
+                for name, dtype in STORED_DTYPES.items()}
 
 
 def _scalar_bits(value: object) -> object:
@@ -178,6 +235,8 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
     signature = _signature(actual)
     if reference.is_complex():
         reference, actual = torch.view_as_real(reference), torch.view_as_real(actual)
+    if _same_bits(reference, actual):
+        return None  # the common case, in one pass with no copy: most cases are identical
     diff = scan(reference, actual, chunk)
     if not diff.differing:
         return None

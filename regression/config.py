@@ -68,6 +68,8 @@ class Settings:
     cache_dir_setting: str = DEFAULT_CACHE_DIR
     durations_setting: str = DEFAULT_DURATIONS
     pins: Mapping[str, int] = field(default_factory=dict)
+    digest_above: int | None = None
+    """storage.digest_above: tensors of more bytes are stored as digests (None: never)."""
 
     @property
     def root(self) -> Path:
@@ -252,6 +254,7 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
     determinism = reader.section("determinism")
     fingerprint = reader.section("fingerprint")
     shards = reader.section("shards")
+    storage = reader.section("storage")
     settings = Settings(
         path=path,
         reference=reader.revision("reference", required=True),
@@ -272,8 +275,9 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
         cache_dir_setting=reader.cache_dir("cache_dir", path.parent),
         durations_setting=shards.relative_path("durations", DEFAULT_DURATIONS),
         pins=shards.pins("pins"),
+        digest_above=storage.size("digest_above"),
     )
-    for section in (reader, subject, determinism, fingerprint, shards):
+    for section in (reader, subject, determinism, fingerprint, shards, storage):
         section.reject_unknown()
     _require_apart(fingerprint, settings.fingerprint_packages, settings.fingerprint_exclude)
     return settings
@@ -292,7 +296,7 @@ SETTING_NAMES = frozenset({
     "reference", "references", "subject", "packages", "path", "tests", "harness",
     "determinism", "seed", "threads", "deterministic_algorithms", "repeat", "device",
     "fingerprint", "exclude_packages",
-    "cache_dir", "shards", "durations", "pins"})
+    "cache_dir", "shards", "durations", "pins", "storage", "digest_above"})
 """Every setting's name, in any section: a set one is never taken for a misspelling."""
 
 
@@ -459,6 +463,17 @@ class _Reader:
             raise self._error(key, f"must be from {minimum} to {maximum}, got {value}")
         return value
 
+    def size(self, key: str) -> int | None:
+        """A number of bytes: an integer, or a number with a unit (16 MB, 1.5 GiB)."""
+        value = self._get(key, False)
+        if value is None:
+            return None
+        bytes_ = _size(value)
+        if bytes_ is None:
+            raise self._error(key, f"must be a size, such as 16 MB, 512 KiB or 1 GB (or a "
+                                   f"number of bytes), got {_shown(value)}")
+        return bytes_
+
     def boolean(self, key: str, default: bool) -> bool:
         value = self._typed(key, bool, "true or false")
         return default if value is None else value
@@ -480,6 +495,22 @@ class _Reader:
                                          f"{', '.join(sorted(self.known))}",
                               key=self.prefix + str(unknown[0]),
                               line=self._line(unknown[0]) or self.line)
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?i?b)?", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def _size(value: object) -> int | None:
+    """Bytes from an integer or a string like "16 MB"; None when it is neither (or < 0)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    found = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
+    unit = (found.group(2) or "b").lower() if found else ""
+    if found is None or unit not in _UNITS:
+        return None
+    return int(float(found.group(1)) * _UNITS[unit])
 
 
 def _closest(name: str, candidates: list[str]) -> str:

@@ -6,6 +6,7 @@ import os
 import random
 import re
 import sys
+from typing import Any
 
 import xxhash
 
@@ -48,7 +49,7 @@ def apply(settings: Determinism) -> None:
     import torch
 
     random.seed(settings.seed)
-    torch.manual_seed(settings.seed)
+    _seed_torch(settings.seed)
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed(settings.seed)
     if torch.get_num_threads() != settings.threads:
@@ -60,6 +61,54 @@ def apply(settings: Determinism) -> None:
     torch.backends.cudnn.allow_tf32 = False
     for flag in REDUCED_PRECISION:
         setattr(torch.backends.cuda.matmul, flag, False)
+
+
+_queued: list[object] = []
+"""What torch.manual_seed last queued for the accelerators not started yet: the seed, and
+each one's queue of seeds as it left it (a seed queued since, by anyone, replaces it)."""
+_BACKENDS = ("cuda", "xpu", "mtia")
+
+
+def _seed_torch(seed: int) -> None:
+    """torch.manual_seed(seed), without its cost where nothing would change: for each
+    accelerator not started yet it queues the seed with a formatted stack trace (about 1 ms
+    a case, most of the per-case cost), and the seed it queued last time is still queued."""
+    import torch
+
+    if _queued and _queued == [seed, _queues(torch)]:
+        torch.default_generator.manual_seed(seed)
+        return
+    torch.manual_seed(seed)
+    queues = _queues(torch)
+    _queued[:] = [] if queues is None else [seed, queues]
+
+
+def _queues(torch: Any) -> tuple[object, ...] | None:
+    """Each accelerator's queue of seeds, by identity; None where one has started (so
+    torch.manual_seed seeds it at once) or where torch keeps no such queue."""
+    queues = []
+    for name in _BACKENDS:
+        backend = getattr(torch, name, None)
+        tracker = getattr(backend, "_lazy_seed_tracker", None)
+        if backend is None or tracker is None or backend.is_initialized():
+            return None
+        queues.append(_Same(tracker.call_order))
+    if getattr(torch._C, "_has_mps", False) or \
+            torch._C._get_privateuse1_backend_name() != "privateuseone":
+        return None
+    return tuple(queues)
+
+
+class _Same:
+    """An object compared by identity: a queue that torch replaced is another one."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 REDUCED_PRECISION = ("allow_fp16_reduced_precision_reduction",

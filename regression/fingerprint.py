@@ -20,8 +20,9 @@ from regression.dependencies import declared as declared_requirements
 from regression.determinism import no_cuda_message
 from regression.errors import DeterminismError
 
-FORMAT_VERSION = "2"
-"""2: each case stores the digests of the helpers its tests used (older entries lack them)."""
+FORMAT_VERSION = "3"
+"""2: each case stores the digests of the helpers its tests used (older entries lack them).
+3: a tensor may be stored as a digest node (older tools would refuse such a record)."""
 
 # Environment variables that select kernels or code paths in torch, MKL and oneDNN.
 KERNEL_VARIABLES = (

@@ -1,6 +1,7 @@
 """The JSON form of a stored value, checked without torch: a record is valid only if it decodes.
 
-A value is a tree of one-item nodes: {"tensor": name}, {"none": true}, {"bool": b},
+A value is a tree of one-item nodes: {"tensor": name}, {"digest": {dtype, shape, xxh3,
+min, max, mean, std, nan, inf}} (a tensor stored as a digest), {"none": true}, {"bool": b},
 {"int": "digits"}, {"float": "16 hex digits"}, {"str": s}, {"list": [node...]},
 {"tuple": [node...]} and {"dict": [[key node, value node]...]}. Dict keys are None, bools,
 ints, floats, strings or tuples of them, each key at most once. Nothing nests more than
@@ -20,6 +21,9 @@ MAX_DEPTH = 100
 _SCALARS = frozenset({"none", "bool", "int", "float", "str"})
 _INT = re.compile(r"0|-?[1-9][0-9]*")
 _FLOAT = re.compile(r"[0-9a-f]{16}")
+_DTYPE = re.compile(r"[A-Z][A-Z0-9_]{0,15}")
+_XXH3 = re.compile(r"[0-9a-f]{32}")
+_DIGEST_FIELDS = frozenset({"dtype", "shape", "xxh3", "min", "max", "mean", "std", "nan", "inf"})
 
 
 def float_bits(value: float) -> str:
@@ -58,6 +62,8 @@ def _check(node: object, path: tuple[object, ...], depth: int, names: list[str])
         if not isinstance(content, str) or not content:
             raise _malformed(path, "a tensor node must hold a tensor name")
         names.append(content)
+    elif kind == "digest":
+        _digest(content, path)
     elif kind in _SCALARS:
         _scalar(kind, content, path)
     elif kind in ("list", "tuple"):
@@ -70,6 +76,27 @@ def _check(node: object, path: tuple[object, ...], depth: int, names: list[str])
             _check(value, (*path, key), depth + 1, names)
     else:
         raise _malformed(path, f"unknown node kind {kind!r}")
+
+
+def _digest(content: object, path: tuple[object, ...]) -> None:
+    """Check a digest node's content: every field present, each of its form."""
+    if not isinstance(content, dict) or set(content) != _DIGEST_FIELDS:
+        raise _malformed(path, "a digest node must hold exactly " +
+                         ", ".join(sorted(_DIGEST_FIELDS)))
+    shape = content["shape"]
+    good = (isinstance(content["dtype"], str) and bool(_DTYPE.fullmatch(content["dtype"]))
+            and isinstance(shape, list) and len(shape) <= 64
+            and all(_natural(n) for n in shape)
+            and isinstance(content["xxh3"], str) and bool(_XXH3.fullmatch(content["xxh3"]))
+            and all(content[k] is None or isinstance(content[k], str)
+                    and bool(_FLOAT.fullmatch(content[k])) for k in ("min", "max", "mean", "std"))
+            and _natural(content["nan"]) and _natural(content["inf"]))
+    if not good:
+        raise _malformed(path, "an ill-formed digest node")
+
+
+def _natural(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _one_item(node: object, path: tuple[object, ...], depth: int) -> tuple[str, object]:

@@ -7,7 +7,7 @@ import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from invoke.collection import Collection
 from invoke.context import Context
@@ -22,11 +22,12 @@ from regression.durations import read_durations
 from regression.fingerprint import device_details, package_lines
 from regression.harness import extra_harness_files, harness_files
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
-from regression.report import generation_lines
+from regression.report import CHANGED, generation_lines
+from regression.run.completion import FINISHED, Completion
 from regression.store.scratch import scratch_folder
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
-    collect, key_code_files, resolve, run_check, select_shard
+    collect, key_code_files, record_values, resolve, run_check, select_shard
 from regression.shard import MAX_SHARDS, ShardSpec, assign, parse_shard
 from regression.shard import table as shard_table
 
@@ -182,8 +183,11 @@ def _xdist_option(workers: int) -> list[str]:
 
 def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bool,
            junitxml: str | None, store_durations: bool, subject_root: Path | None = None,
-           workers: int = 0, picked: Selection = Selection()) -> int:
-    """One pytest run: it records what is missing (unless `no_gen`), then checks."""
+           workers: int = 0, picked: Selection = Selection(), full_values: bool = False
+           ) -> int:
+    """One pytest run: it records what is missing (unless `no_gen`), then checks. With
+    `full_values`, cases whose digests differ are recorded with their values and checked
+    again, for the full report."""
     args = [*_xdist_option(workers), *picked.pytest_args()]
     if strict:
         args.append("--regression-strict")
@@ -194,7 +198,21 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
     job = check_job(resolved, shard=spec, subject_root=subject_root,
                     gen=GEN_NEVER if no_gen else GEN_AUTO, workers=workers,
                     selection=picked.describe())
-    return run_check(resolved, job, args, picked.cases)[0]
+    code, result = run_check(resolved, job, args, picked.cases)
+    if full_values and code:
+        again = record_values(resolved, changed_cases(result), print)
+        if again:
+            _check(resolved, None, True, strict, None, False, workers=workers,
+                   picked=Selection(cases=tuple(again)))
+    return code
+
+
+def changed_cases(result: dict[str, Any] | None) -> list[str]:
+    """The cases a check run's result names as changed."""
+    data = (result or {}).get(FINISHED)
+    failing = Completion.from_data(data).failing if isinstance(data, dict) else []
+    prefix = f"{CHANGED.upper()} "
+    return [line.removeprefix(prefix) for line in failing if line.startswith(prefix)]
 
 
 def _stopped(resolved: Reference, code: int) -> str:
@@ -249,11 +267,14 @@ def _exit_with(code: int) -> None:
     "k": K_HELP,
     "case": CASE_HELP,
     "device": DEVICE_HELP,
+    "full-values": "where a reference kept only digests and they differ, record those cases' "
+                   "values at the reference and check them again: the full report",
 }, iterable=["case"])
 def test(c: Context, reference: str | None = None, shard: str | None = None,
          strict: bool = False, junitxml: str | None = None, no_gen: bool = False,
          store_durations: bool = False, workers: str | None = None, k: str | None = None,
-         case: list[str] | None = None, device: str | None = None) -> None:
+         case: list[str] | None = None, device: str | None = None,
+         full_values: bool = False) -> None:
     """Generate what is missing, then check the working tree against the reference."""
     def work() -> int:
         _filled(("--reference", reference), ("--junitxml", junitxml), ("-k", k),
@@ -262,7 +283,7 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
         resolved = resolve(_settings(), reference)
         picked = selection(k, case, resolved.settings.root, shard)
         code = _check(resolved, spec, no_gen, strict, junitxml, store_durations,
-                      workers=count, picked=picked)
+                      workers=count, picked=picked, full_values=full_values)
         _require_known_cases(resolved, picked, code)
         return code
     _exit_with(_translate(work, device))

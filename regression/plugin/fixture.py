@@ -15,10 +15,14 @@ from regression.report import changed_detail, mismatch_message
 from regression.store.codec import Encoder, decode
 
 
-def snapshot(value: object, copy: bool = True) -> object:
+STORE_CHOICES = ("values", "digest")
+
+
+def snapshot(value: object, copy: bool = True, digest_above: int | None = None) -> object:
     """`value` checked to be storable, its tensors detached: CPU copies that later in-place
-    edits don't reach, or (copy=False) views, for a value used before its owner can edit it."""
-    encoder = Encoder(prefix="", copy=copy)
+    edits don't reach, or (copy=False) views, for a value used before its owner can edit it;
+    tensors of more than `digest_above` bytes as their digests."""
+    encoder = Encoder(prefix="", copy=copy, digest_above=digest_above)
     return decode(encoder.encode(value), encoder.tensors)
 
 
@@ -29,14 +33,26 @@ class Sink(Protocol):
 
     def take(self, name: str, value: object) -> None: ...
 
+    def digest_above(self, store: str | None) -> int | None:
+        """Bytes above which a tensor is taken as its digest (None: always its values)."""
+
 
 class RecordSink:
-    """Keeps every checked output of one case for storage."""
+    """Keeps every checked output of one case for storage; large tensors as digests."""
 
     keeps_values = True
 
-    def __init__(self) -> None:
+    def __init__(self, digest_above: int | None = None, digests: bool = True) -> None:
         self.outputs: list[Output] = []
+        self.threshold = digest_above
+        """config.yaml's storage.digest_above, for a check() that does not choose."""
+        self.digests = digests
+        """False where the values themselves are wanted (a trace, full values on demand)."""
+
+    def digest_above(self, store: str | None) -> int | None:
+        if not self.digests or store == "values":
+            return None
+        return 0 if store == "digest" else self.threshold
 
     def take(self, name: str, value: object) -> None:
         self.outputs.append(Output(name, value))
@@ -48,6 +64,9 @@ class CheckSink:
     its end, with `failure()`."""
 
     keeps_values = False  # compared within take(); only the differences' text is kept
+
+    def digest_above(self, store: str | None) -> int | None:
+        return None  # the values are compared: with the stored values or their digest
 
     def __init__(self, record: CaseRecord, reference: str) -> None:
         self.record = record
@@ -132,9 +151,19 @@ class Regression:
         target = self.device if device is None else torch.device(device)
         return values if target.type == "cpu" else values.to(target)
 
-    def check(self, value: object, name: str | None = None) -> None:
-        """Record `value` at the reference; in check mode, require it bit-identical."""
+    def check(self, value: object, name: str | None = None, store: str | None = None) -> None:
+        """Record `value` at the reference; in check mode, require it bit-identical.
+
+        `store="digest"` keeps only a digest of each tensor's bytes at the reference (and a
+        summary), not its values: as exact a comparison, a much smaller cache, and a report
+        that cannot show values until asked to record them. `store="values"` keeps the
+        values whatever config.yaml's storage.digest_above says.
+        """
         __tracebackhide__ = True
+        if store is not None and store not in STORE_CHOICES:
+            raise ValueError(f"store={store!r}: use store='digest' (keep a digest of each "
+                             "tensor), store='values' (keep the values) or leave it out "
+                             "(config.yaml's storage.digest_above decides)")
         name = str(len(self._names)) if name is None else name
         if name in self._names:
             raise ValueError(f"output name {name!r} is checked twice in this test; "
@@ -142,7 +171,8 @@ class Regression:
         self._names.append(name)
         require_unchanged(self._settings)  # the key says which settings made these bits
         try:
-            taken = snapshot(value, copy=self._sink.keeps_values)
+            taken = snapshot(value, copy=self._sink.keeps_values,
+                             digest_above=self._sink.digest_above(store))
         except StoreError as exc:
             raise StoreError(f"output {name!r}: {exc}") from None
         self._sink.take(name, taken)

@@ -225,7 +225,8 @@ class Recording:
     def fixture(self, item: pytest.Item) -> Regression:
         from regression.plugin.fixture import RecordSink, Regression
 
-        sink = self.sinks.setdefault(item.nodeid, RecordSink())
+        sink = self.sinks.setdefault(item.nodeid, RecordSink(
+            self.settings.digest_above, digests=not (self.job.trace or self.job.full_values)))
         return Regression(item.nodeid, self.settings.determinism, sink, self.settings.device)
 
     @pytest.hookimpl(wrapper=True)

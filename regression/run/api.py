@@ -25,7 +25,7 @@ from regression.durations import read_durations
 from regression.errors import CacheError, CacheWriteError, CollectionError, \
     ImportRedirectError, ReadOnlyError, RegressionError, RunIncompleteError, StoreError, \
     SubjectImportError, error_from_data
-from regression.fingerprint import digest, files_digest
+from regression.fingerprint import digest, environment_parts, files_digest
 from regression.harness import changed_helpers, python_files_under
 from regression.run.job import CHECK, COLLECT, GEN_AUTO, GEN_ONLY, JOB_ENV, PROGRESS, RECORD, Job
 from regression.store.scratch import scratch_folder
@@ -517,8 +517,25 @@ def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
         )
 
 
+def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo) -> list[str]:
+    """`invoke test --full-values`: record again, keeping every tensor's values, the cases
+    among `nodeids` whose stored reference keeps some only as a digest; returns those."""
+    from regression import determinism
+
+    settings = reference.settings
+    determinism.prepare_process(settings.device)  # as the check run does: its key
+    entry = Entry(settings.cache_dir, environment_parts(settings, reference.sha))
+    wanted = {n: h for n in nodeids if (h := entry.digested_harness(n)) is not None}
+    if wanted:
+        echo(f"recording the values of {_cases(len(wanted))} whose digests differ, at "
+             f"{reference.label}, for the full report ...")
+        with entry.lock(), reference_worktree(reference.repo, reference.sha) as worktree:
+            _record(Suite(reference, wanted, entry), worktree, wanted, echo, full_values=True)
+    return sorted(wanted)
+
+
 def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
-            verify: bool = False) -> dict[str, Any]:
+            verify: bool = False, full_values: bool = False) -> dict[str, Any]:
     """Record `todo` in a new process, the subject from `worktree` (of the reference)."""
     reference = suite.reference
     try:
@@ -526,7 +543,7 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
                   reference=reference.sha,
                   subject_root=str(worktree / reference.settings.subject_path),
                   parts=suite.entry.parts, cases=todo, workers=suite.workers, verify=verify,
-                  workdir=str(_project_in(reference, worktree)))
+                  full_values=full_values, workdir=str(_project_in(reference, worktree)))
         return _recording(reference, job, echo)
     except KeyboardInterrupt:
         kept = _still_valid(suite.entry, todo)

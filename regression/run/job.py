@@ -62,6 +62,10 @@ class Job:
     """Check: recordings of each case to record (0: config.yaml's `determinism.repeat`)."""
     verify: bool = False
     """Record: compare each case's outputs with the stored ones instead of storing them."""
+    full_values: bool = False
+    """Record: store every tensor's values, none as a digest (`invoke test --full-values`).
+    Check: after the check, record the cases whose digests differ that way and check them
+    again, for the full report."""
     trace: str = ""
     """Record: trace every module call of the one wanted case into this folder (`invoke
     explain`), with its checked outputs, instead of storing them in the cache."""

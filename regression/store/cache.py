@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -10,7 +11,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import xxhash
 
@@ -219,6 +220,23 @@ class EntryLock:
         self._lock.release()
 
 
+Stamp = tuple[int, int, int, int, int]
+RACY_NS = 2_000_000_000
+"""A file written this recently may be written again without its times changing (they tick
+coarsely): it is read again each time, as git does with racily clean files."""
+T = TypeVar("T")
+
+
+def stamp(path: Path) -> Stamp | None:
+    """What changes whenever a file is replaced or written: device, inode, size, mtime and
+    ctime in ns (ctime cannot be set back); None when it cannot be read."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
 class Entry:
     """The cached reference for one environment fingerprint."""
 
@@ -230,6 +248,10 @@ class Entry:
         self.key = key_of(self.parts)
         self.directory = cache_dir / self.key
         self.cases = self.directory / CASES
+        self._tensor_index: dict[str, set[str]] = {}
+        """Tensor files in the cases folder by case id, listed once (see _tensor_files)."""
+        self._verified: dict[Path, tuple[Stamp, Any]] = {}
+        """Files verified in this run, by path: read again only once they changed."""
 
     @classmethod
     def from_directory(cls, directory: Path) -> Entry:
@@ -324,8 +346,12 @@ class Entry:
         """Raise CacheError when the entry or its cases folder is a link or not a folder:
         the cache never writes or deletes through a link, so such an entry is foreign."""
         for folder in (self.directory, self.cases):
-            if folder.is_symlink() or folder.exists() and not folder.is_dir():
-                what = "a symbolic link" if folder.is_symlink() else "not a folder"
+            try:
+                mode = os.lstat(folder).st_mode  # one call: this runs for every case checked
+            except OSError:
+                continue  # missing: made when needed
+            if not stat.S_ISDIR(mode):
+                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
                 raise CacheError(f"{folder} is {what}, not a folder the cache made; the cache "
                                  "never writes or deletes through a link")
 
@@ -339,7 +365,7 @@ class Entry:
     def verify_identity(self) -> None:
         """Raise unless the stored fingerprint is exactly the current one."""
         self.require_own_folders()
-        body = load_verified(self.directory / ENTRY_FILE)
+        body = self._load_once(self.directory / ENTRY_FILE, load_verified)
         recorded = body.get("parts")
         if not isinstance(recorded, dict) or recorded != self.parts:
             differences = differing_parts(recorded if isinstance(recorded, dict) else {},
@@ -374,7 +400,7 @@ class Entry:
         }
         tensor_file, fresh = None, False
         if encoder.tensors:
-            earlier = {p.name for p in self.cases.glob(f"{cid}.*.safetensors")}
+            earlier = self._tensor_files(cid)
             try:
                 tensor_file, tensor_digest = save_tensors(self.cases, cid,
                                                           dict(encoder.tensors))
@@ -389,14 +415,26 @@ class Entry:
         it valid, and remove the tensor files of its earlier recordings."""
         body = {**staged.body, "helpers": dict(helpers)}
         cid = case_id(staged.nodeid)
+        earlier = self._tensor_files(cid)
         try:
             write_atomic(self.cases / f"{cid}.json", dump_verified(body))
         except CacheWriteError as exc:  # the record is written last: nothing reads as valid
             raise with_fix(exc, f"cannot store the reference of {staged.nodeid}") from None
-        for old in self.cases.glob(f"{cid}.*.safetensors"):
-            if old.name != staged.tensor_file:
-                with suppress(OSError):  # an orphan tensor file is never read
-                    old.unlink(missing_ok=True)
+        tensor_file = staged.tensor_file
+        for old in earlier - {tensor_file}:
+            with suppress(OSError):  # an orphan tensor file is never read
+                (self.cases / old).unlink(missing_ok=True)
+        self._tensor_index[cid] = {tensor_file} if tensor_file else set()
+
+    def _tensor_files(self, cid: str) -> set[str]:
+        """The tensor files of a case in the cases folder, from one listing per entry and
+        run: listing it for every case stored would cost time in the square of the cases."""
+        if not self._tensor_index and self.cases.is_dir():
+            for name in os.listdir(self.cases):
+                if _TENSOR_FILE.fullmatch(name):
+                    self._tensor_index.setdefault(name[:16], set()).add(name)
+            self._tensor_index.setdefault("", set())  # listed, even if empty
+        return set(self._tensor_index.get(cid, ()))
 
     def drop_staged(self, staged: StagedCase) -> None:
         """A recording that is not stored: the tensor files it wrote go (not one an earlier
@@ -411,6 +449,27 @@ class Entry:
         path = self.case_path(nodeid)
         if not os.path.lexists(path):
             return None
+        return self._load_once(path, lambda p: self._checked_body(p, nodeid))
+
+    def _load_once(self, path: Path, load: Callable[[Path], T]) -> T:
+        """load(path), verified once in a run: a case is planned and then checked, and both
+        read its record. The file is read again if its stamp (inode, size, times) changed,
+        as any rewrite (always a new file, renamed into place) or edit changes it."""
+        before = stamp(path)
+        known = self._verified.get(path)
+        if known is not None and before is not None and known[0] == before:
+            return known[1]  # type: ignore[no-any-return]
+        loaded = load(path)
+        if before is not None and before[3] < time.time_ns() - RACY_NS:
+            self._verified[path] = (before, loaded)
+        return loaded
+
+    def forget(self, nodeid: str) -> None:
+        """Let go of what was kept of a case's record once it is checked."""
+        self._verified.pop(self.case_path(nodeid), None)
+
+    def _checked_body(self, path: Path, nodeid: str) -> tuple[dict[str, Any], set[str]]:
+        """A case's record from `path`, checked to decode fully, and its tensor names."""
         body = load_verified(path)
         if body.get("nodeid") != nodeid or body.get("environment") != self.key:
             raise StoreError(f"{path} belongs to another case or environment")
@@ -445,11 +504,20 @@ class Entry:
         self._require_tensors(nodeid, wanted, stored)
         return StoredHarness(str(body["harness"]), dict(body["helpers"]))
 
+    def digested_harness(self, nodeid: str) -> str | None:
+        """The harness of a stored case that keeps some tensor as a digest only (None when
+        it keeps every value, or is absent): what `--full-values` records again."""
+        loaded = self._load_body(nodeid)
+        if loaded is None or '"digest":' not in json.dumps(loaded[0]["outputs"]):
+            return None
+        return str(loaded[0]["harness"])
+
     def load_case(self, nodeid: str) -> CaseRecord | None:
         """The stored case, None when there is none; StoreError when it cannot be trusted."""
         from regression.store.codec import decode, tensors_from_file
 
         loaded = self._load_body(nodeid)
+        self.forget(nodeid)  # read for this case's check: not kept for the rest of the run
         if loaded is None:
             return None
         body, wanted = loaded

@@ -16,6 +16,7 @@ from regression.fingerprint import content_hasher
 from regression.nodes import MAX_DEPTH, deep_label, float_from_bits
 from regression.nodes import float_bits as float_bits  # compare.py and tests read them from here
 from regression.nodes import path_label as path_label
+from regression.store.digest import TensorDigest, digest_tensor
 from regression.store.tensorfile import LENGTH_BYTES, Slot, build_header, header_length, parse_header
 
 Node = dict[str, Any]
@@ -24,9 +25,11 @@ Node = dict[str, Any]
 class Encoder:
     """Turns one nested value into a JSON structure, collecting its tensors by name."""
 
-    def __init__(self, prefix: str, copy: bool = True) -> None:
+    def __init__(self, prefix: str, copy: bool = True, digest_above: int | None = None) -> None:
         self.prefix = prefix
         self.copy = copy  # False: detached views, for a value used before its owner can edit it
+        self.digest_above = digest_above
+        """Tensors of more bytes than this are kept as digests (None: never)."""
         self.tensors: dict[str, torch.Tensor] = {}
 
     def encode(self, value: object, path: tuple[object, ...] = ()) -> Node:
@@ -36,7 +39,9 @@ class Encoder:
     def _encode(self, value: object, path: tuple[object, ...], depth: int) -> Node:
         _require_depth(path, depth)
         if isinstance(value, torch.Tensor):
-            return {"tensor": self._add(value, path)}
+            return self._tensor_node(value, path)
+        if isinstance(value, TensorDigest):
+            return {"digest": value.node()}
         scalar = _scalar_node(value, path)
         if scalar is not None:
             return scalar
@@ -57,10 +62,18 @@ class Encoder:
         value_node = self._encode(value, (*path, key), depth)
         return [_key_node(key, key, path, depth), value_node]
 
-    def _add(self, tensor: torch.Tensor, path: tuple[object, ...]) -> str:
+    def _tensor_node(self, tensor: torch.Tensor, path: tuple[object, ...]) -> Node:
+        """A tensor's node: its values by name, or its digest where it is large enough."""
         problem = _tensor_problem(tensor, path_label(path))
         if problem:
             raise StoreError(f"cannot store {problem}")
+        if self.digest_above is not None and \
+                tensor.numel() * tensor.element_size() > self.digest_above:
+            dtype_name(tensor.dtype, path_label(path))
+            return {"digest": digest_tensor(tensor).node()}
+        return {"tensor": self._add(tensor)}
+
+    def _add(self, tensor: torch.Tensor) -> str:
         name = f"{self.prefix}{len(self.tensors)}"
         tensor = resolved(tensor.detach())
         self.tensors[name] = tensor.to("cpu", copy=True).contiguous() if self.copy else tensor
@@ -140,6 +153,8 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
     (kind, content), = node.items()
     if kind == "tensor":
         return tensors[content]
+    if kind == "digest":
+        return TensorDigest.from_node(content)
     if kind == "none":
         return None
     if kind in ("bool", "str"):
@@ -167,6 +182,15 @@ _TORCH_NAMES = {
 DTYPES = {name: getattr(torch, t) for name, t in _TORCH_NAMES.items() if hasattr(torch, t)}
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 _BLOCK = 64 << 20  # bytes handed to one write() call
+
+
+def dtype_name(dtype: torch.dtype, at: str = "") -> str:
+    """The safetensors name of a dtype; StoreError for one it has no name for."""
+    if dtype not in _NAMES:
+        where = f" at {at}" if at else ""
+        raise StoreError(f"cannot store the {dtype} tensor{where}: safetensors has no name "
+                         "for its dtype; convert it first (e.g. .to(torch.float32))")
+    return _NAMES[dtype]
 
 
 def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> tuple[str, str]:
@@ -221,13 +245,13 @@ def _write(stream: IO[bytes], tensors: dict[str, torch.Tensor]) -> str:
     stream.write(header)
     for slot in slots:
         tensor = tensors[slot.name].detach().cpu()  # a copy only of a tensor on another device
-        for block in _blocks(tensor):
+        for block in byte_blocks(tensor):
             hasher.update(block)
             stream.write(block)
     return hasher.hexdigest()
 
 
-def _blocks(tensor: torch.Tensor) -> Iterator[memoryview]:
+def byte_blocks(tensor: torch.Tensor) -> Iterator[memoryview]:
     """A contiguous CPU tensor's bytes, without copying them, in blocks of at most _BLOCK."""
     size = tensor.numel() * tensor.element_size()
     if size:

@@ -96,7 +96,8 @@ def umask() -> int:
 
 def dump_verified(body: dict[str, Any]) -> bytes:
     """JSON preceded by a header line holding the hash of the JSON bytes."""
-    content = json.dumps(body, sort_keys=True, indent=1).encode()
+    # compact: with an indent, json encodes in Python, at a third of a case's store time
+    content = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     if len(content) > MAX_RECORD:
         raise StoreError(f"cannot store a record of {len(content)} bytes, more than the "
                          f"{MAX_RECORD} a record may hold: check() tensors rather than so many "

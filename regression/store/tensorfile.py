@@ -8,6 +8,7 @@ refuses anything else, so what this reads is a valid safetensors file and nothin
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import struct
@@ -72,7 +73,14 @@ def header_length(first: bytes, file_size: int) -> int:
 
 
 def parse_header(header: bytes, file_size: int) -> list[Slot]:
-    """Every tensor the JSON header names, checked to tile the data exactly; ValueError if not."""
+    """Every tensor the JSON header names, checked to tile the data exactly; ValueError if not.
+    Cases of one suite often store tensors of the same names and shapes: a header seen before
+    is not parsed again."""
+    return list(_parsed_header(header, file_size))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_header(header: bytes, file_size: int) -> tuple[Slot, ...]:
     if not header.startswith(b"{"):
         raise ValueError("the header is not a JSON object")
     try:
@@ -87,7 +95,7 @@ def parse_header(header: bytes, file_size: int) -> list[Slot]:
     slots = [_slot(name, entry, start) for name, entry in body.items() if name != _METADATA]
     _check_metadata(body.get(_METADATA, {}))
     _check_tiling(sorted(slots, key=lambda s: (s.start, s.stop)), start, file_size)
-    return slots
+    return tuple(slots)
 
 
 def _slot(name: str, entry: object, start: int) -> Slot:

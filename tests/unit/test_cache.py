@@ -8,6 +8,7 @@ import os
 import pickle
 import stat
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import filelock
@@ -763,3 +764,76 @@ def test_a_dropped_staging_removes_only_the_tensor_file_it_made(entry: Entry) ->
     entry.drop_staged(fresh)
     assert not (entry.cases / fresh.tensor_file).exists()
     assert len(list(entry.cases.glob("*.safetensors"))) == 1
+
+
+def _aged(path: Path) -> None:
+    """Make a file look written long ago: files written this instant are never kept."""
+    os.utime(path, (1_000_000_000, 1_000_000_000))
+
+
+def test_a_case_planned_then_checked_reads_its_record_once(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry.save_case(recorded_case())
+    _aged(entry.case_path(NODEID))
+    _aged(entry.directory / "entry.json")
+    entry.verify_identity()
+    assert entry.valid_harness(NODEID) is not None
+    reads: list[Path] = []
+    real = load_verified
+
+    def counted(path: Path) -> dict[str, object]:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr("regression.store.cache.load_verified", counted)
+    entry.verify_identity()
+    record = entry.load_case(NODEID)
+    assert record is not None and record.outputs[0].name == "logits"
+    assert reads == []
+    entry.load_case(NODEID)  # once checked, the record is not kept: read again
+    assert reads == [entry.case_path(NODEID)]
+
+
+@pytest.mark.parametrize("change", ["rewritten", "edited in place", "just written"])
+def test_a_record_that_changed_since_it_was_planned_is_read_again(entry: Entry, change: str
+                                                                  ) -> None:
+    entry.save_case(recorded_case())
+    path = entry.case_path(NODEID)
+    _aged(path)
+    assert entry.valid_harness(NODEID) is not None
+    if change == "rewritten":
+        entry.save_case(CaseRecord(NODEID, "h2"))
+        _aged(path)
+    elif change == "edited in place":
+        data = path.read_bytes()
+        path.write_bytes(data.replace(b'"h1"', b'"h9"'))
+        _aged(path)  # even with its old times: its ctime moved
+    else:
+        entry.save_case(CaseRecord(NODEID, "h2"))  # its times may not have ticked yet
+    if change == "edited in place":
+        with pytest.raises(StoreError, match="content hash does not match"):
+            entry.load_case(NODEID)
+    else:
+        record = entry.load_case(NODEID)
+        assert record is not None and record.harness == "h2"
+
+
+def test_storing_many_cases_lists_the_cases_folder_once(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A suite of thousands of cases: listing the folder per case stored costs time in the
+    square of the cases (30 ms a case at 2,000)."""
+    entry.save_case(recorded_case())
+    listings: list[object] = []
+    for name in ("scandir", "listdir"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *a, real=real, **k: listings.append(a) or real(*a, **k))
+    fresh = Entry(entry.directory.parent, PARTS)
+    for number in range(30):
+        fresh.save_case(CaseRecord(f"t.py::t[{number}]", "h", outputs=(
+            Output("x", torch.full((3,), float(number))),)))
+    fresh.save_case(replace(recorded_case(), outputs=(Output("x", torch.zeros(2)),)))
+    assert len(listings) <= 1
+    tensor_files = sorted(entry.cases.glob(f"{case_id(NODEID)}.*.safetensors"))
+    assert len(tensor_files) == 1  # the earlier recording's file was removed all the same
+    record = fresh.load_case(NODEID)
+    assert record is not None and torch.equal(record.outputs[0].value, torch.zeros(2))

@@ -503,3 +503,19 @@ def test_each_difference_says_what_kind_it_is(reference: object, actual: object,
 def test_key_order_beside_changed_values_says_only_that_the_order_differs_too() -> None:
     details = [d.detail for d in compare({"a": 1, "b": 2}, {"b": 3, "a": 1})]
     assert details == ["same keys in another order", "3, reference 2"]
+
+
+def test_identical_tensors_are_compared_in_one_pass_without_a_scan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most cases are identical: they cost one comparison of the bits, no chunked scan."""
+    def no_scan(*args: object, **kwargs: object) -> None:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr("regression.compare.scan", no_scan)
+    values = torch.tensor([1.0, float("nan"), -0.0, float("inf")])
+    for reference, actual in [(values, values.clone()), (values.t(), values.clone()),
+                              (torch.ones(2, 3).t(), torch.ones(3, 2)),
+                              (torch.tensor([True, False]), torch.tensor([True, False]))]:
+        assert compare(reference, actual) == []
+    with pytest.raises(AssertionError, match="scanned"):  # a difference is still scanned
+        compare(values, torch.tensor([1.0, float("nan"), 0.0, float("inf")]))

@@ -576,3 +576,32 @@ def test_a_misspelt_exclusion_is_an_unknown_setting_with_a_hint(tmp_path: Path) 
     error = config_error(tmp_path, MINIMAL + "fingerprint:\n  exclude_package: [einops]\n")
     assert error.key == "fingerprint.exclude_package"
     assert "did you mean 'exclude_packages'?" in str(error)
+
+
+@pytest.mark.parametrize(("value", "size"), [
+    ("16 MB", 16_000_000), ("16MiB", 16 << 20), ("1.5 GiB", 3 << 29), ("512 kb", 512_000),
+    ("0 B", 0), ("4096", 4096), (4096, 4096)])
+def test_storage_digest_above_takes_sizes(tmp_path: Path, value: object, size: int) -> None:
+    shown = f"'{value}'" if isinstance(value, str) else value
+    settings = load_settings(write(tmp_path, MINIMAL + f"storage: {{digest_above: {shown}}}\n"))
+    assert settings.digest_above == size
+
+
+def test_storage_digest_above_is_off_by_default(tmp_path: Path) -> None:
+    assert load_settings(write(tmp_path, MINIMAL)).digest_above is None
+
+
+@pytest.mark.parametrize(("setting", "key", "words"), [
+    ("storage: {digest_above: lots}", "storage.digest_above", "must be a size, such as 16 MB"),
+    ("storage: {digest_above: -1}", "storage.digest_above", "got -1"),
+    ("storage: {digest_above: true}", "storage.digest_above", "must be a size"),
+    ("storage: {digest_above: 16 XB}", "storage.digest_above", "got '16 XB'"),
+    ("storage: {digest_above: [16]}", "storage.digest_above", "must be a size"),
+    ("storage: {digest_abov: 16 MB}", "storage.digest_abov", "did you mean 'digest_above'?"),
+    ("storage: 16 MB", "storage", "must be a mapping"),
+])
+def test_bad_storage_settings_are_named_with_the_fix(tmp_path: Path, setting: str, key: str,
+                                                     words: str) -> None:
+    error = config_error(tmp_path, MINIMAL + setting + "\n")
+    assert error.key == key
+    assert words in str(error)

@@ -73,6 +73,40 @@ def test_apply_makes_global_generators_reproducible() -> None:
     assert first[1] == second[1]
 
 
+def _queued_seed(backend: str) -> int:
+    """The seed torch queued for an accelerator that has not started (from its closure)."""
+    tracker = getattr(torch, backend)._lazy_seed_tracker
+    callback = tracker.call_order[-1][0]
+    return int(next(c.cell_contents for c in callback.__closure__ if isinstance(
+        c.cell_contents, int)))
+
+
+@pytest.mark.skipif(torch.cuda.is_initialized(), reason="needs CUDA not started")
+def test_apply_queues_the_seed_for_accelerators_once() -> None:
+    """Queuing costs torch a formatted stack trace per accelerator, most of a case's cost:
+    while the seed queued before is still queued, it is not queued again."""
+    settings = Determinism(seed=21, threads=torch.get_num_threads())
+    apply(settings)
+    queues = [getattr(torch, b)._lazy_seed_tracker.call_order for b in ("cuda", "xpu")]
+    apply(settings)
+    assert all(now is before for now, before in zip(
+        [getattr(torch, b)._lazy_seed_tracker.call_order for b in ("cuda", "xpu")], queues))
+    assert _queued_seed("cuda") == 21
+
+
+@pytest.mark.skipif(torch.cuda.is_initialized(), reason="needs CUDA not started")
+@pytest.mark.parametrize("backend", ["cuda", "xpu"])
+def test_apply_queues_its_seed_again_after_another_was_queued(backend: str) -> None:
+    settings = Determinism(seed=22, threads=torch.get_num_threads())
+    apply(settings)
+    getattr(torch, backend).manual_seed_all(5)  # the code under test seeds a device itself
+    assert _queued_seed(backend) == 5
+    apply(settings)
+    assert _queued_seed(backend) == 22
+    apply(Determinism(seed=23, threads=torch.get_num_threads()))
+    assert _queued_seed(backend) == 23
+
+
 def test_apply_uses_the_seed() -> None:
     apply(Determinism(seed=1, threads=torch.get_num_threads()))
     one = torch.randn(5)

@@ -14,6 +14,7 @@ from regression.config import Determinism
 from regression.determinism import REDUCED_PRECISION
 from regression.errors import DeterminismError, StoreError
 from regression.plugin.fixture import CheckSink, RecordSink, Regression, snapshot
+from regression.store.digest import TensorDigest
 
 NODEID = "tests/test_model.py::test_forward"
 
@@ -303,6 +304,9 @@ class LookingSink:
     def take(self, name: str, value: object) -> None:
         self.seen.append(value)
 
+    def digest_above(self, store: str | None) -> int | None:
+        return None
+
 
 def test_a_sink_that_only_looks_gets_detached_views_not_copies() -> None:
     output = torch.arange(6.0, requires_grad=True).reshape(2, 3).t()
@@ -344,3 +348,32 @@ def test_inputs_are_drawn_on_the_cpu_so_every_device_gets_the_same_bits() -> Non
     assert on_cpu.generator.get_state().equal(elsewhere.generator.get_state())
     assert torch.equal(on_cpu.randn(3), elsewhere.randn(3, device="cpu"))
     assert Regression(NODEID, current(), RecordSink()).device == torch.device("cpu")
+
+
+def _large() -> torch.Tensor:
+    return torch.randn(1 << 16, generator=torch.Generator().manual_seed(0))
+
+
+def test_record_mode_takes_large_tensors_as_digests() -> None:
+    """store="digest": every tensor; config's threshold: the larger ones; store="values":
+    none; and a trace (digests off) or the check sink never digests."""
+    small = torch.ones(4)
+    for store, threshold, digests, kinds in [
+            ("digest", None, True, (TensorDigest, TensorDigest)),
+            (None, 1024, True, (TensorDigest, torch.Tensor)),
+            (None, None, True, (torch.Tensor, torch.Tensor)),
+            ("values", 0, True, (torch.Tensor, torch.Tensor)),
+            ("digest", 0, False, (torch.Tensor, torch.Tensor))]:
+        sink = RecordSink(threshold, digests=digests)
+        regression = Regression("t.py::t", current(), sink)
+        regression.check({"big": _large(), "small": small}, name="out", store=store)
+        value = sink.outputs[0].value
+        assert isinstance(value, dict)
+        assert (type(value["big"]), type(value["small"])) == kinds, (store, threshold, digests)
+
+
+@pytest.mark.parametrize("store", ["digests", "Digest", ""])
+def test_an_unknown_store_choice_says_which_there_are(store: str) -> None:
+    regression = Regression("t.py::t", current(), RecordSink())
+    with pytest.raises(ValueError, match="use store='digest'.*store='values'"):
+        regression.check(torch.ones(2), store=store)

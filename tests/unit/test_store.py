@@ -410,3 +410,30 @@ def test_misaligned_tensor_of_a_foreign_file_is_read_correctly(tmp_path: Path) -
     (tmp_path / "x.safetensors").write_bytes(data)
     tensors = tensors_from_file(tmp_path / "x.safetensors", digest(data))
     assert tensors["b"].tolist() == [1.5, -2.0] and tensors["b"].data_ptr() % 4 == 0
+
+
+def test_a_header_parsed_again_gives_the_same_slots_and_its_own_list() -> None:
+    from regression.store.tensorfile import build_header, parse_header
+
+    header, slots = build_header([("a", "F32", (2, 3)), ("b", "I64", (4,))])
+    size = max(slot.stop for slot in slots)
+    first = parse_header(header[8:], size)
+    first.clear()  # a caller's list: the next parse is not affected
+    assert parse_header(header[8:], size) == slots
+    with pytest.raises(ValueError):
+        parse_header(header[8:], size + 1)  # the file size is part of what is checked
+
+
+def test_a_header_seen_before_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cases of a suite store tensors of the same names and shapes: one parse serves all."""
+    from regression import strictjson
+    from regression.store.tensorfile import build_header, parse_header
+
+    header, slots = build_header([("only_in_this_test", "F32", (5, 7))])
+    size = max(slot.stop for slot in slots)
+    assert parse_header(header[8:], size) == slots
+    calls: list[object] = []
+    real = strictjson.loads
+    monkeypatch.setattr(strictjson, "loads", lambda *a: calls.append(a) or real(*a))
+    assert parse_header(header[8:], size) == slots
+    assert calls == []

@@ -1,0 +1,103 @@
+"""A tensor stored as a digest: its dtype, shape, the xxh3-128 of its bytes and a summary.
+
+For outputs too large to keep (a model's initial weights, checked for a thousand models):
+the comparison stays bit-exact (equal digests of one dtype and shape), and the summary says
+what the values were like, since the values themselves are not stored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from regression.nodes import float_bits, float_from_bits
+
+if TYPE_CHECKING:
+    import torch
+
+STATS = ("min", "max", "mean", "std")
+"""Summary statistics of the finite values, as float64; None where there is none."""
+COUNTS = ("nan", "inf")
+"""How many elements are NaN, and how many are infinite."""
+
+
+@dataclass(frozen=True)
+class TensorDigest:
+    """What is kept of a tensor stored as a digest: enough to compare it bit for bit."""
+
+    dtype: str
+    """The safetensors name of its dtype (F32, BF16, I64...)."""
+    shape: tuple[int, ...]
+    xxh3: str
+    """xxh3-128 of its bytes in row-major (contiguous) order, little-endian, as hex."""
+    stats: tuple[float | None, ...] = (None, None, None, None)
+    counts: tuple[int, int] = (0, 0)
+
+    def node(self) -> dict[str, Any]:
+        """The JSON content of its {"digest": ...} node (floats by their exact bits)."""
+        return {"dtype": self.dtype, "shape": list(self.shape), "xxh3": self.xxh3,
+                **{k: None if v is None else float_bits(v) for k, v in zip(STATS, self.stats)},
+                **dict(zip(COUNTS, self.counts))}
+
+    @classmethod
+    def from_node(cls, content: dict[str, Any]) -> TensorDigest:
+        """The digest a node holds (checked first by nodes.tensor_names)."""
+        stats = tuple(None if content[k] is None else float_from_bits(content[k])
+                      for k in STATS)
+        nan, inf = (int(content[k]) for k in COUNTS)
+        return cls(str(content["dtype"]), tuple(content["shape"]), str(content["xxh3"]),
+                   stats, (nan, inf))
+
+    def summary(self) -> str:
+        """Its statistics in one line, for a report that has no values to show."""
+        shown = ", ".join(f"{k} {'-' if v is None else f'{v:.6g}'}"
+                          for k, v in zip(STATS, self.stats))
+        return f"{shown}, {self.counts[0]} NaN, {self.counts[1]} inf"
+
+
+def digest_tensor(tensor: torch.Tensor) -> TensorDigest:
+    """The digest of a tensor, and its statistics; memory stays a chunk, not a copy."""
+    import torch
+
+    from regression.store.codec import dtype_name
+
+    values = _pieces(tensor)
+    count, total, squares = 0, 0.0, 0.0
+    low, high, nan, inf = math.inf, -math.inf, 0, 0
+    for piece in values:
+        wide = piece.to(torch.float64)
+        finite = wide[wide.isfinite()]
+        nan += int(wide.isnan().sum())
+        inf += int(wide.isinf().sum())
+        if finite.numel():
+            count += finite.numel()
+            total += float(finite.sum())
+            squares += float((finite * finite).sum())
+            low, high = min(low, float(finite.min())), max(high, float(finite.max()))
+    stats: tuple[float | None, ...] = (None, None, None, None)
+    if count:
+        mean = total / count
+        stats = (low, high, mean, math.sqrt(max(squares / count - mean * mean, 0.0)))
+    return TensorDigest(dtype_name(tensor.dtype), tuple(tensor.shape), tensor_xxh3(tensor),
+                        stats, (nan, inf))
+
+
+def tensor_xxh3(tensor: torch.Tensor) -> str:
+    """xxh3-128 of a tensor's bytes in row-major order, whatever its strides or device."""
+    from regression.fingerprint import content_hasher
+    from regression.store.codec import byte_blocks
+
+    hasher = content_hasher()
+    for piece in _pieces(tensor):
+        for block in byte_blocks(piece):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def _pieces(tensor: torch.Tensor) -> Any:
+    """The values as contiguous CPU pieces in row-major order (lazy bits resolved)."""
+    from regression.store.codec import resolved
+    from regression.tensordiff import CHUNK, pieces
+
+    return pieces(resolved(tensor.detach()), CHUNK)
