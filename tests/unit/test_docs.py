@@ -2,7 +2,8 @@
 flags it uses, the README stays short, and its configuration example is a valid config.
 
 Commands are checked in-process against the invoke Collection users import
-(`from regression.tasks import ns`) and the `torch-regression` parser: no subprocess, no torch.
+(`from regression.tasks import ns`), the `torch-regression` parser and the pytest plugin's
+options: no subprocess, no torch.
 """
 
 from __future__ import annotations
@@ -157,6 +158,40 @@ def cli_problems(argv: list[str]) -> list[str]:
             if flag not in options]
 
 
+class _OptionRecorder:
+    """Stands in for pytest's parser: records the option names a plugin registers."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def getgroup(self, *args: Any, **kwargs: Any) -> _OptionRecorder:
+        return self
+
+    def addoption(self, *names: str, **kwargs: Any) -> None:
+        self.names.update(names)
+
+    def addini(self, *args: Any, **kwargs: Any) -> None:
+        """ini settings are not command-line options."""
+
+
+@cache
+def plugin_options() -> frozenset[str]:
+    """The command-line options of the pytest plugin pyproject.toml declares."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    plugin = importlib.import_module(project["entry-points"]["pytest11"]["regression"])
+    recorder = _OptionRecorder()
+    plugin.pytest_addoption(recorder)
+    return frozenset(recorder.names)
+
+
+def pytest_option_problems(page: str, text: str) -> list[str]:
+    """Each `--regression-...` option a page names that the plugin does not register."""
+    named = sorted(set(re.findall(r"--regression-[\w-]*\w", text)))
+    return [f"{page}: pytest has no option {option}; the plugin's are "
+            f"{', '.join(sorted(plugin_options()))}" for option in named
+            if option not in plugin_options()]
+
+
 def flags_of(tokens: list[str]) -> list[str]:
     """The option names among command-line tokens, `--name=value` cut at the `=`."""
     return [token.split("=", 1)[0] for token in tokens if re.match(r"^--?[A-Za-z]", token)]
@@ -301,6 +336,11 @@ def test_every_command_named_in_the_prose_exists_with_its_flags(page: Path) -> N
     assert inline_command_problems(relative(page), read(page)) == []
 
 
+@pytest.mark.parametrize("page", PAGES, ids=page_ids())
+def test_every_pytest_option_named_exists(page: Path) -> None:
+    assert pytest_option_problems(relative(page), read(page)) == []
+
+
 def test_the_pages_show_commands_at_all() -> None:
     """The command checks above have something to check (a regex that matches nothing would
     pass them all)."""
@@ -430,6 +470,13 @@ def test_a_command_that_exists_passes(line: str) -> None:
 def test_a_command_named_in_prose_that_does_not_exist_is_named(span: str, expected: str) -> None:
     problems = inline_command_problems("page.md", f"Run `{span}` to see.")
     assert len(problems) == 1 and expected in problems[0]
+
+
+def test_a_pytest_option_the_plugin_lacks_is_named() -> None:
+    text = "`pytest --regression-strict --regression-no-gen`, then `--regression-bogus FILE`."
+    problems = pytest_option_problems("page.md", text)
+    assert len(problems) == 1 and "pytest has no option --regression-bogus" in problems[0]
+    assert "--regression-reference" in plugin_options()
 
 
 def test_a_command_in_prose_may_wrap_and_use_placeholders() -> None:
