@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from invoke import ParseError, Parser, ParserContext, Program
+from invoke import Argument, ParseError, Parser, ParserContext, Program
 
 from regression.config import load_settings
 from regression.tasks import ns
@@ -273,6 +273,53 @@ def inline_command_problems(page: str, text: str) -> list[str]:
     return problems
 
 
+# The flags table of docs/tasks.md: every flag of every task, and no other.
+
+FLAG_ROW = re.compile(r"^\|\s*((?:`-[^`]*`(?:,\s*)?)+)\s*\|\s*([\w., ]+?)\s*\|", re.M)
+
+
+def all_flags(context: ParserContext) -> set[str]:
+    """A task's flags, long and short."""
+    return set(context.flags) | set(context.flags.aliases)
+
+
+def table_under(text: str, header: str) -> str:
+    """The rows of the Markdown table whose header row starts with `header`."""
+    lines = without_fences(text).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(header)), len(lines))
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return "\n".join(rows)
+
+
+def flag_table(text: str) -> dict[str, set[str]]:
+    """Task name -> the flags the table (| flag | tasks | meaning |) lists for it."""
+    listed: dict[str, set[str]] = {}
+    for match in FLAG_ROW.finditer(table_under(text, "| flag | tasks |")):
+        flags = {span.split()[0] for span in re.findall(r"`([^`]+)`", match.group(1))}
+        for task in (name.strip() for name in match.group(2).split(",")):
+            listed.setdefault(task, set()).update(flags)
+    return listed
+
+
+def flag_table_problems(text: str) -> list[str]:
+    """A flag the table lists that its task lacks, and a flag of a task it leaves out."""
+    listed, contexts = flag_table(text), task_contexts()
+    if not listed:
+        return ["no table of flags (| `-r`, `--reference REV` | gen, test | ... |)"]
+    problems = [f"the table lists task {task!r}, which does not exist"
+                for task in listed if task not in contexts]
+    for task, context in contexts.items():
+        shown, real = listed.get(task, set()), all_flags(context)
+        problems += [f"the table lists {flag} for {task}, which has no such flag"
+                     for flag in sorted(shown - real)]
+        problems += [f"{task} {flag} is missing from the table" for flag in sorted(real - shown)]
+    return problems
+
+
 # README shape.
 
 def section(text: str, heading: str) -> str:
@@ -339,6 +386,10 @@ def test_every_command_named_in_the_prose_exists_with_its_flags(page: Path) -> N
 @pytest.mark.parametrize("page", PAGES, ids=page_ids())
 def test_every_pytest_option_named_exists(page: Path) -> None:
     assert pytest_option_problems(relative(page), read(page)) == []
+
+
+def test_the_flags_table_lists_every_flag_of_every_task() -> None:
+    assert flag_table_problems(read(ROOT / "docs" / "tasks.md")) == []
 
 
 def test_the_pages_show_commands_at_all() -> None:
@@ -470,6 +521,38 @@ def test_a_command_that_exists_passes(line: str) -> None:
 def test_a_command_named_in_prose_that_does_not_exist_is_named(span: str, expected: str) -> None:
     problems = inline_command_problems("page.md", f"Run `{span}` to see.")
     assert len(problems) == 1 and expected in problems[0]
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda row: row.replace("| test |", "| test, key |"),
+     "the table lists --store-durations for key, which has no such flag"),
+    (lambda row: row.replace("`-o`, ", ""), "test -o is missing from the table"),
+    (lambda row: "", "test --store-durations is missing from the table"),
+    (lambda row: row.replace("| test |", "| tset |"), "task 'tset', which does not exist"),
+])
+def test_a_flags_table_that_disagrees_with_the_tasks_is_named(
+        change: Callable[[str], str], expected: str) -> None:
+    text = read(ROOT / "docs" / "tasks.md")
+    row = next(line for line in text.splitlines() if line.startswith("| `-o`, `--store-"))
+    assert flag_table_problems(text) == []
+    problems = flag_table_problems(text.replace(row, change(row)))
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_a_flag_added_to_a_task_must_join_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new flag of `invoke test` that the docs do not mention fails the docs."""
+    real = task_contexts()
+
+    def with_flag(context: ParserContext) -> ParserContext:
+        args = list({id(a): a for a in context.args.values()}.values())
+        if context.name == "test":
+            args.append(Argument(names=("fresh-flag",), kind=bool))
+        return ParserContext(name=context.name, aliases=context.aliases, args=args)
+
+    monkeypatch.setattr(sys.modules[__name__], "task_contexts",
+                        lambda: {name: with_flag(context) for name, context in real.items()})
+    assert flag_table_problems(read(ROOT / "docs" / "tasks.md")) == [
+        "test --fresh-flag is missing from the table"]
 
 
 def test_a_pytest_option_the_plugin_lacks_is_named() -> None:
