@@ -392,6 +392,12 @@ def test_the_flags_table_lists_every_flag_of_every_task() -> None:
     assert flag_table_problems(read(ROOT / "docs" / "tasks.md")) == []
 
 
+def test_every_task_has_its_line_in_the_tasks_page() -> None:
+    spans = {" ".join(m.group(2).split()[:2])
+             for m in INLINE_CODE.finditer(without_fences(read(ROOT / "docs" / "tasks.md")))}
+    assert [name for name in task_contexts() if f"invoke {name}" not in spans] == []
+
+
 def test_the_pages_show_commands_at_all() -> None:
     """The command checks above have something to check (a regex that matches nothing would
     pass them all)."""
