@@ -501,7 +501,8 @@ def _report_foreign() -> None:
 
 def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
     _filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
-    from regression.diagnose.bisect import bisect as find_first, bisection_lines, scan, scan_lines
+    from regression.diagnose.bisect import bisect as find_first, scan
+    from regression.diagnose.bisect_report import bisection_lines, scan_lines
     from regression.revision import resolve_revision, run_git
 
     settings = _settings()

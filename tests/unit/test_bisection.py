@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import torch
 
-from regression.diagnose.bisect import Bisection, _differences, _Recorder, _Search, _steps_left
+from regression.diagnose.bisect_record import Recorder, changed_cases
+from regression.diagnose.bisect_search import Search, steps_left
+from regression.diagnose.bisection import Bisection
 
 FAILS = None  # the case fails at that commit
 UNREPRODUCED = float("nan")  # stored as nondeterministic at that commit
 
 
-class History(_Recorder):
+class History(Recorder):
     """Each case's value at each commit (FAILS: skipped there); what was asked, in order."""
 
     def __init__(self, result: Bisection, values: dict[str, list[float | None]]) -> None:
@@ -44,7 +46,7 @@ def search(values: dict[str, list[float | None]]) -> tuple[Bisection, History, l
     at_bad: dict[str, dict[str, object]] = {c: {"out": torch.tensor([float(v[-1] or 0)])}
                                             for c, v in values.items()}
     history, lines = History(result, values), []
-    found = _Search(result, at_good, _differences(at_good, at_bad))
+    found = Search(result, at_good, changed_cases(at_good, at_bad))
     found.run(history, lines.append)
     result.changes = found.changes()
     return result, history, lines
@@ -88,8 +90,8 @@ def test_a_case_found_nondeterministic_on_the_way_leaves_the_search() -> None:
     assert [i for i, case in history.asked if case == "flaky"] == [1]  # never asked again
 
 
-def test_steps_left_counts_a_stretch_two_searches_share_once() -> None:
-    assert _steps_left([(-1, 7, frozenset())]) == 3  # 7 untried commits
-    assert _steps_left([(-1, 1, frozenset()), (1, 7, frozenset())]) == 1 + 3  # apart
-    assert _steps_left([(0, 4, frozenset({1})), (1, 4, frozenset())]) == 2  # shared
-    assert _steps_left([(0, 4, frozenset({1, 2, 3}))]) == 0  # nothing left to try
+def teststeps_left_counts_a_stretch_two_searches_share_once() -> None:
+    assert steps_left([(-1, 7, frozenset())]) == 3  # 7 untried commits
+    assert steps_left([(-1, 1, frozenset()), (1, 7, frozenset())]) == 1 + 3  # apart
+    assert steps_left([(0, 4, frozenset({1})), (1, 4, frozenset())]) == 2  # shared
+    assert steps_left([(0, 4, frozenset({1, 2, 3}))]) == 0  # nothing left to try
