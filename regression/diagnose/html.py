@@ -12,7 +12,8 @@ import math
 from html import escape
 from typing import TYPE_CHECKING
 
-from regression.diagnose.explain import DIFF, LAYOUT, NEW, SAME, UNKNOWN, CallRow, Explanation
+from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN
+from regression.diagnose.explain import CallRow, Explanation
 
 if TYPE_CHECKING:
     from regression.diagnose.trace import Call

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from regression.diagnose.explain import explain, explanation_lines
+from regression.diagnose.explain import explain
+from regression.diagnose.explain_report import explanation_lines
 from regression.diagnose.trace import Trace, Tracer, read_trace, write_outputs
 
 

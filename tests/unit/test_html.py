@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from regression.compare import Difference
-from regression.diagnose.explain import DIFF, LAYOUT, NEW, SAME, UNKNOWN, CallRow, \
-    Explanation, call_rows, explain, explanation_lines
+from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN
+from regression.diagnose.explain import CallRow, Explanation, call_rows, explain
+from regression.diagnose.explain_report import explanation_lines
 from regression.diagnose.html import FLOOR, page
 from regression.diagnose.trace import Call, Trace, Tracer, read_trace, write_outputs
 from regression.diagnose.tracing import write_page
