@@ -10,7 +10,7 @@ from regression.tensordiff import Layout, aligned, layout
 if TYPE_CHECKING:
     import torch
 
-    from regression.diagnose.trace import Call, Trace
+    from regression.diagnose.trace_file import Call, Trace
 
 SAME, LAYOUT, DIFF, NEW, UNKNOWN = "same", "layout", "DIFF", "new", "?"
 """How a call's inputs or outputs compare with the reference's: `layout` where they hold the

@@ -24,7 +24,7 @@ from regression.tensordiff import layout
 if TYPE_CHECKING:
     import torch
 
-    from regression.diagnose.trace import Call, Trace
+    from regression.diagnose.trace_file import Call, Trace
 
 AROUND = 4
 """Calls shown before and after the module found, in the order calls start."""

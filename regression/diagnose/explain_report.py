@@ -10,7 +10,7 @@ from regression.diagnose.call_verdicts import LAYOUT, UNKNOWN
 from regression.diagnose.explain import Explanation
 
 if TYPE_CHECKING:
-    from regression.diagnose.trace import Call
+    from regression.diagnose.trace_file import Call
 
 SHOWN_GROUPS = 8
 """Modules named in the summary of the other parameters and buffers that differ."""

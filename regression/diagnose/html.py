@@ -16,7 +16,7 @@ from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN
 from regression.diagnose.explain import CallRow, Explanation
 
 if TYPE_CHECKING:
-    from regression.diagnose.trace import Call
+    from regression.diagnose.trace_file import Call
 
 POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 """Nothing from outside: no network, no script, no font but the reader's own."""

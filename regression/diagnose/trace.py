@@ -12,7 +12,6 @@ trace.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
 import sys
@@ -20,81 +19,15 @@ import weakref
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping
+from typing import IO, Any, Callable, Mapping
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from regression.diagnose.trace_file import CALLS, INPUTS, STATES, Call, State
+from regression.diagnose.trace_values import as_storable, generators, leaves
 from regression.fingerprint import digest
-from regression.nodes import MAX_DEPTH
-from regression.store.codec import Encoder, decode, save_tensors, tensors_digest, tensors_from_file, unwritable
-
-CALLS = "calls.jsonl"
-STATES = "states.jsonl"
-INPUTS = "inputs"
-OUTPUTS = "outputs.json"
-WHOLE = "<value>"
-"""The path of a value that is itself a tensor."""
-PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
-"""Leaves other than tensors whose text says all about them."""
-
-
-@dataclass(frozen=True)
-class Call:
-    """One finished module call."""
-
-    entered: int
-    """Its place in the order calls started (0 first)."""
-    name: str
-    """The module's qualified name in the outermost module, led by that module's label."""
-    kind: str
-    """The module's class."""
-    number: int
-    """1 for the first call of this name, 2 for the second, ..."""
-    depth: int
-    """0 for an outermost call."""
-    inputs: str
-    """Digest of the inputs: tensors (positional ones as the call started) and other
-    leaves."""
-    outputs: str
-    """Digest of the outputs."""
-    file: str = ""
-    """The file in `calls/` holding the output tensors; "" when there are none."""
-    file_digest: str = ""
-    """That file's content hash, checked when it is read."""
-    other: dict[str, str] = field(default_factory=dict)
-    """The outputs that are not tensors, by path, as text."""
-    unknown: str = ""
-    """What the digests cannot see ("inputs", "outputs", "inputs and outputs"): a value
-    that is neither a tensor nor plain data nor a container of them (a cache object)."""
-    tensors_in: dict[str, list[str]] = field(default_factory=dict)
-    """The input tensors by path ("[0]", "['mask']"): their file in `inputs/` and its
-    content hash."""
-    other_in: dict[str, str] = field(default_factory=dict)
-    """The inputs that are not tensors, by path, as text."""
-    generators: str = ""
-    """Digest of torch's random generators' state as the call started."""
-    draws: bool = False
-    """Whether the call drew random numbers: the generators' state changed during it, so
-    it is one of its inputs."""
-
-    @property
-    def key(self) -> tuple[str, int]:
-        """What matches a call in one trace with the same call in another."""
-        return self.name, self.number
-
-
-@dataclass(frozen=True)
-class State:
-    """One parameter or buffer of an outermost module, as that module was first called."""
-
-    name: str
-    file: str
-    """Its own file, so that reading one reads no other."""
-    digest: str
-    """The file's content hash: equal hashes, equal dtype, shape and bits."""
-    owner: str = ""
-    """The name of the module whose parameter or buffer it is, as the test holds it."""
+from regression.store.codec import save_tensors, tensors_digest
 
 
 @dataclass(frozen=True)
@@ -192,7 +125,7 @@ class Tracer:
             tensors, other, unknown = self._write_inputs(args)
             self.stack.append(_Open(id(module), name, type(module).__qualname__,
                                     self.numbers[name], len(self.stack), self.entered,
-                                    tensors, other, _generators(), unknown))
+                                    tensors, other, generators(), unknown))
             self.entered += 1
         except Exception as exc:  # noqa: BLE001 - the case goes on; explain reports it
             self._stop(exc)
@@ -215,7 +148,7 @@ class Tracer:
             self._stop(exc)
 
     def _write_call(self, started: _Open, kwargs: dict[str, Any], output: Any) -> None:
-        tensors, other, unknown_outputs = _leaves(output)
+        tensors, other, unknown_outputs = leaves(output)
         file = content = ""
         if tensors:
             file, content = save_tensors(self.calls_folder, f"{started.entered:06d}", tensors)
@@ -228,13 +161,13 @@ class Tracer:
         call = Call(started.entered, started.name, started.kind, started.number,
                     started.depth, inputs, digest(json.dumps([content, other]).encode()), file,
                     content, other, " and ".join(unknown), tensors_in, other_in,
-                    started.generators, _generators() != started.generators)
+                    started.generators, generators() != started.generators)
         self._append(self.calls, asdict(call))
 
     def _write_inputs(self, value: object) -> tuple[dict[str, list[str]], dict[str, str], bool]:
         """The tensors in a call's inputs, each written to its file unless written before,
         the other leaves as text, and whether a leaf is one the trace cannot see into."""
-        tensors, other, unknown = _leaves(value)
+        tensors, other, unknown = leaves(value)
         written = {}
         for path, tensor in tensors.items():
             content = tensors_digest({"t": tensor})
@@ -323,7 +256,7 @@ class Tracer:
             if known is not None and known() is tensor:
                 continue  # written under another outermost module's name
             self.kept[id(tensor)] = weakref.ref(tensor)
-            stored = _storable(tensor)  # one at a time: one tensor in host memory at once
+            stored = as_storable(tensor)  # one at a time: one tensor in host memory at once
             if stored is None:
                 continue
             file, content = save_tensors(self.states_folder, f"{self.stored:06d}",
@@ -358,124 +291,3 @@ def _holding(variables: Mapping[str, object], module: torch.nn.Module
         return None
     _, name, value = min(found, key=lambda item: item[0])
     return name, value
-
-
-def _generators() -> str:
-    """Digest of the state of torch's global random generators (what dropout draws from)."""
-    states = {"cpu": torch.random.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        states.update((f"cuda{i}", s) for i, s in enumerate(torch.cuda.get_rng_state_all()))
-    return tensors_digest(states)
-
-
-def _storable(tensor: torch.Tensor) -> torch.Tensor | None:
-    """`tensor`'s bits as a dense, contiguous CPU tensor safetensors can hold; None if it
-    has none to read (a meta tensor)."""
-    tensor = tensor.detach()
-    if tensor.is_meta:
-        return None
-    if tensor.layout != torch.strided:
-        tensor = tensor.to_dense()
-    if tensor.is_quantized:
-        tensor = tensor.int_repr()
-    tensor = tensor.resolve_conj().resolve_neg().cpu().contiguous()
-    if unwritable("t", tensor):  # a dtype safetensors has no name for: its bytes
-        tensor = tensor.reshape(-1).view(torch.uint8)
-    return tensor
-
-
-def _leaves(value: object) -> tuple[dict[str, torch.Tensor], dict[str, str], bool]:
-    """The tensors nested in `value` by path, a text for every other leaf, and whether any
-    leaf is a value these cannot show (an object that is no container, a tensor without
-    data)."""
-    tensors: dict[str, torch.Tensor] = {}
-    other: dict[str, str] = {}
-    unknown = False
-    for path, leaf in _walk(value, "", 0):
-        if isinstance(leaf, torch.Tensor):
-            storable = _storable(leaf)
-            if storable is not None:
-                tensors[path or WHOLE] = storable
-                continue
-            other[path] = f"tensor {leaf.dtype} {tuple(leaf.shape)} on {leaf.device}"
-            unknown = True
-        elif isinstance(leaf, PLAIN):
-            other[path] = repr(leaf)
-        else:
-            other[path] = f"<{type(leaf).__qualname__}>"
-            unknown = True
-    return tensors, other, unknown
-
-
-def _walk(value: object, path: str, depth: int) -> Iterator[tuple[str, object]]:
-    """Each leaf of `value` with its path: lists, tuples, mappings and dataclasses are
-    walked into."""
-    if depth >= MAX_DEPTH or isinstance(value, (torch.Tensor, *PLAIN)):
-        yield path, value
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _walk(item, f"{path}[{index}]", depth + 1)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _walk(item, f"{path}[{key!r}]", depth + 1)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for item in dataclasses.fields(value):
-            yield from _walk(getattr(value, item.name), f"{path}.{item.name}", depth + 1)
-    else:
-        yield path, value
-
-
-def write_outputs(folder: Path, outputs: Mapping[str, object]) -> None:
-    """The case's checked outputs, by name, next to its trace."""
-    encoder = Encoder(prefix="t", copy=False)
-    body: dict[str, object] = {"outputs": {n: encoder.encode(v) for n, v in outputs.items()}}
-    if encoder.tensors:
-        file, content = save_tensors(folder, "outputs", encoder.tensors)
-        body["tensors"] = {"file": file, "digest": content}
-    (folder / OUTPUTS).write_text(json.dumps(body), encoding="utf-8")
-
-
-@dataclass
-class Trace:
-    """A trace read back: the calls in the order they finished, the outermost modules'
-    parameters and buffers, and the case's checked outputs."""
-
-    folder: Path
-    calls: list[Call]
-    states: dict[str, State]
-    outputs: dict[str, object]
-
-    def call_outputs(self, call: Call) -> object:
-        """The output tensors of `call`: the tensor a module returned, or its tensors by
-        path in what it returned."""
-        if not call.file:
-            return {}
-        tensors = tensors_from_file(self.folder / "calls" / call.file, call.file_digest)
-        return tensors.get(WHOLE, tensors)
-
-    def call_inputs(self, call: Call) -> dict[str, torch.Tensor]:
-        """The input tensors of `call` by path, as the call started (keyword ones as it
-        ended)."""
-        return {path: tensors_from_file(self.folder / INPUTS / file, content)["t"]
-                for path, (file, content) in call.tensors_in.items()}
-
-    def state(self, name: str) -> torch.Tensor:
-        """The parameter or buffer `name`, as first called."""
-        state = self.states[name]
-        return tensors_from_file(self.folder / "states" / state.file, state.digest)["t"]
-
-
-def read_trace(folder: Path) -> Trace:
-    """The trace a Tracer and `write_outputs` left in `folder`."""
-    calls = [Call(**json.loads(line)) for line in _lines(folder / CALLS)]
-    states = {s.name: s for s in (State(**json.loads(line)) for line in _lines(folder / STATES))}
-    body = json.loads((folder / OUTPUTS).read_text(encoding="utf-8"))
-    tensors = {}
-    if "tensors" in body:
-        tensors = tensors_from_file(folder / body["tensors"]["file"], body["tensors"]["digest"])
-    outputs = {name: decode(node, tensors) for name, node in body["outputs"].items()}
-    return Trace(folder, calls, states, outputs)
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []

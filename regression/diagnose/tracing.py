@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 from regression.errors import CollectionError, RegressionError
 from regression.run.api import Reference, collect, matching_cases, trace_case
 from regression.selection import unknown_case
-from regression.diagnose.trace import Trace, read_trace
+from regression.diagnose.trace_file import Trace, read_trace
 
 if TYPE_CHECKING:
     from regression.diagnose.explain import Explanation

@@ -37,7 +37,7 @@ class Trace:
                 self.problem = tracer.problem
 
     def case_done(self, nodeid: str, outputs: tuple[Output, ...]) -> None:
-        from regression.diagnose.trace import write_outputs
+        from regression.diagnose.trace_file import write_outputs
 
         recording = self.recording
         if self.problem or self.traced or nodeid not in recording.ran \

@@ -9,7 +9,8 @@ from torch import nn
 
 from regression.diagnose.explain import explain
 from regression.diagnose.explain_report import explanation_lines
-from regression.diagnose.trace import Trace, Tracer, read_trace, write_outputs
+from regression.diagnose.trace import Tracer
+from regression.diagnose.trace_file import Trace, read_trace, write_outputs
 
 
 class Mix(nn.Module):
