@@ -12,7 +12,8 @@ import torch
 from regression.store.codec import DTYPES as STORED_DTYPES
 from regression.store.codec import dtype_name, float_bits, path_label
 from regression.store.digest import TensorDigest, digest_tensor, tensor_xxh3
-from regression.tensordiff import CHUNK, SAME_WIDTH_INT, headline, report_lines, scan
+from regression.tensordiff import CHUNK, SAME_WIDTH_INT, scan
+from regression.tensordiff_text import headline, report_lines
 
 
 VALUES, SHAPES, DTYPES, ORDER = "values", "shapes", "dtypes", "order"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from regression.compare import Difference, compare_tensors
-from regression.tensordiff import Layout, aligned, layout
+from regression.tensorlayout import Layout, aligned, layout
 
 if TYPE_CHECKING:
     import torch

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from regression.compare import Difference, compare, compare_outputs
 from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN, Key, Verdicts
 from regression.report import largest_relative
-from regression.tensordiff import layout
+from regression.tensorlayout import layout
 
 if TYPE_CHECKING:
     import torch

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from regression.compare import compare_tensors
-from regression.tensordiff import aligned, layout, scan, ulp_distances, value_text
+from regression.tensordiff import scan, ulp_distances
+from regression.tensordiff_text import value_text
+from regression.tensorlayout import aligned, layout
 
 FLOATS = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
 

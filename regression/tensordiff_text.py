@@ -1,0 +1,127 @@
+"""The text of a tensor difference: its verdict, its headline and the full report under it."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from regression.tensordiff import BANDS, SAME_WIDTH_INT, ULP_BUCKETS, Element, TensorDiff
+
+
+def verdict(diff: TensorDiff) -> str:
+    """One line that says what kind of change this is."""
+    if not diff.floating:
+        return "changed behaviour: no rounding changes integers"
+    if diff.max_ulps == 0:
+        return "in bits only (NaN payload or sign of zero): the values are equal"
+    if math.isinf(diff.max_ulps):
+        return "a NaN appeared or went: changed behaviour"
+    ulps = diff.scaled_ulps
+    rounding, small = bands(diff.dtype)
+    most = f"at most {_ulps_text(ulps)} at its scale"
+    if ulps <= rounding:
+        return (f"{most}: rounding-level, as reordered arithmetic gives (another kernel, "
+                "summation order, fused operations)")
+    if ulps <= small:
+        return (f"{most}: beyond one rounding; reordered arithmetic compounded over many "
+                "operations, or a small change of behaviour")
+    return f"up to {_ulps_text(ulps)} at its scale: changed behaviour, far beyond rounding"
+
+
+def bands(dtype: torch.dtype) -> tuple[int, int]:
+    """The ULPs at a tensor's scale up to which a change reads as rounding, and beyond which
+    as changed behaviour, for its float dtype."""
+    return BANDS[32] if torch.finfo(dtype).bits >= 32 else BANDS[16]
+
+
+def _ulps_text(ulps: float) -> str:
+    """A number of ULPs: whole when it is one, else to three digits."""
+    if math.isinf(ulps):
+        return "infinitely many ULPs"
+    text = f"{ulps:.0f}" if ulps == int(ulps) and ulps < 1e4 else f"{ulps:.3g}"
+    return f"{text} ULP{'' if ulps == 1 else 's'}"
+
+
+def headline(diff: TensorDiff) -> str:
+    """The difference in one line: how many elements, the largest change, the verdict."""
+    head = f"{diff.differing} of {diff.numel} elements differ"
+    largest = diff.largest
+    if largest is None:
+        return head
+    where = diff.where(largest.index)
+    if diff.floating and diff.largest_size == 0:
+        first = diff.first[0]
+        return (f"{head} in bits only (NaN payload or sign of zero); first at "
+                f"{diff.where(first.index)} ({_values_text(diff, first, bits=True)})")
+    return (f"{head}; max |diff| {diff.largest_size:.3g} at {where} "
+            f"({_values_text(diff, largest)}); {verdict(diff)}")
+
+
+def report_lines(diff: TensorDiff) -> list[str]:
+    """The full report under the headline: sizes with their elements, the ULP histogram,
+    the first differing elements with their bits."""
+    lines = []
+    if diff.largest is not None:
+        lines.append(f"max |diff| {diff.largest_size:.3g} at {_element_text(diff, diff.largest)}")
+    if diff.relative is not None:
+        lines.append(f"max relative diff {diff.relative_size:.3g} at "
+                     f"{_element_text(diff, diff.relative)}")
+    if diff.floating:
+        counts = ", ".join(f"{name}: {count}" for (name, _, _), count
+                           in zip(ULP_BUCKETS, diff.ulp_counts))
+        bits = f", bits only: {diff.bits_only}" if diff.bits_only else ""
+        lines.append(f"ULP distances: {counts}{bits}")
+        lines.append(_scale_line(diff))
+    shown = f"first {len(diff.first)}" if diff.differing > len(diff.first) else "all"
+    lines.append(f"{shown} differing elements:")
+    lines += [f"  {_element_text(diff, element, bits=True)}" for element in diff.first]
+    return lines
+
+
+def _scale_line(diff: TensorDiff) -> str:
+    """How the verdict measured: per element the largest ULP distance, at the tensor's
+    scale the largest that counts."""
+    return (f"at the tensor's scale (RMS {diff.rms:.3g}; elements below it measured in ULPs "
+            f"of the RMS): at most {_ulps_text(diff.scaled_ulps)}; per element up to "
+            f"{_ulps_text(diff.max_ulps)}")
+
+
+def _element_text(diff: TensorDiff, element: Element, bits: bool = False) -> str:
+    return f"{diff.where(element.index)}: {_values_text(diff, element, bits)}"
+
+
+def _values_text(diff: TensorDiff, element: Element, bits: bool = False) -> str:
+    """Both values of an element; with their bits where asked or where the values alone
+    would hide the change."""
+    ref, new = element.reference, element.actual
+    if diff.floating and (bits or _hides_change(ref, new)):
+        return (f"reference {value_text(ref)} ({hex_bits(ref)}), "
+                f"now {value_text(new)} ({hex_bits(new)})")
+    return f"reference {value_text(ref)}, now {value_text(new)}"
+
+
+def _hides_change(reference: torch.Tensor, actual: torch.Tensor) -> bool:
+    """Whether the values alone would not show the change: NaNs, or a sign of zero."""
+    ref, new = float(reference), float(actual)
+    return math.isnan(ref) or math.isnan(new) or ref == new
+
+
+def value_text(element: torch.Tensor) -> str:
+    """An element as the shortest decimal that reads back to its bits in its dtype."""
+    value = element.item()
+    if not isinstance(value, float) or not math.isfinite(value) or \
+            element.dtype == torch.float64:
+        return repr(value)
+    for digits in range(1, 18):
+        text = f"{value:.{digits}g}"
+        if torch.tensor(float(text), dtype=element.dtype).item() == value:
+            return repr(float(text))
+    return repr(value)
+
+
+def hex_bits(element: torch.Tensor) -> str:
+    """One element's bits in hex, as wide as its dtype (0x7fc00000 for a float32 NaN)."""
+    width = element.element_size() * 8
+    bits = int(element.reshape(1).view(SAME_WIDTH_INT[element.element_size()]).item())
+    return f"0x{bits & ((1 << width) - 1):0{width // 4}x}"
