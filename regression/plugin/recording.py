@@ -20,8 +20,9 @@ from regression.fingerprint import environment_parts
 from regression.harness import extra_harness_files, helper_digests
 from regression.plugin.common import crash_reason, exception_reason, report_reason, \
     traceback_frames, uses_fixture
-from regression.plugin.importer import TreeWatch, install_redirect, require_own_files, \
-    stop_watching, stray_modules, verify_origins, watch_tree
+from regression.plugin.importer import install_redirect, verify_origins
+from regression.plugin.strays import require_own_files, stray_modules
+from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
 from regression.plugin.relay import CONTROLLER, ERROR, Relay, attach, role
 from regression.run.job import PROGRESS, Job
 from regression.store.cache import Entry, Output

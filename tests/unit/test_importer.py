@@ -18,17 +18,13 @@ import pytest
 from regression.errors import ImportRedirectError, StrayImportError
 from regression.plugin.importer import (
     SubjectRedirect,
-    TreeWatch,
     foreign_modules,
     install_redirect,
     module_locations,
-    require_no_strays,
-    require_own_files,
-    stop_watching,
-    stray_modules,
     verify_origins,
-    watch_tree,
 )
+from regression.plugin.strays import require_no_strays, require_own_files, stray_modules
+from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
 
 SOURCE = "COPY = {copy!r}\nWHERE = __file__\n"
 

@@ -1,0 +1,228 @@
+"""Which files of the user's repository a recording reads or runs, seen by an audit hook."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterable, Mapping, Sequence
+
+from regression.plugin.strays import THIS_PACKAGE, is_package_above, library_folders
+
+
+class TreeWatch:
+    """Every file of the user's repository that this process reads, runs or maps while
+    recording at the reference, sorted at the end into free, hashed (test code) and refused.
+
+    Why an audit hook (PEP 578, `sys.addaudithook`): every way Python reads or runs a file
+    raises the "open" event (builtin open, `Path.read_text`, `os.open`, `io.open_code` under
+    every loader: import by any name, `spec_from_file_location`, `SourceFileLoader`,
+    `runpy.run_path`, `exec(open(...).read())`, `torch.load`, numpy's loaders) or the "exec"
+    event, whose code object names its file; whatever name a module gets, and whether or not
+    it stays in `sys.modules`. An import hook sees only imports by name, and `sys.modules`
+    only modules that stay there. Native code that opens files itself raises no event:
+    safetensors' `safe_open` is wrapped to note its file, and files still mapped into memory
+    are read from /proc/self/maps after each case; a native reader that keeps no mapping
+    (`torch.from_file`, `numpy.fromfile`) is not seen, but a relative path it is given names
+    the reference's file, the worktree being the working folder. Events are only noted here;
+    the verdict comes at the end, so user code that catches an error cannot hide a read.
+    """
+
+    def __init__(self, project: Path, free: Sequence[Path], free_files: Sequence[Path],
+                 subject: Sequence[Path], tests: Sequence[Path]) -> None:
+        self.project = project.resolve()
+        self.prefix = str(self.project) + os.sep
+        self.free = tuple(p.resolve() for p in free) + library_folders() + (THIS_PACKAGE,)
+        self.free_files = frozenset(p.resolve() for p in free_files)
+        self.subject = tuple(p.resolve() for p in subject)
+        self.tests = tuple(p.resolve() for p in tests)
+        self.seen: dict[str, str] = {}
+        """Real path -> "run" or "read", for files inside the project."""
+        self.imported: set[str] = set()
+        """Real paths of project modules named by an import statement (pytest imports test
+        modules with importlib, so a test module here was imported by other code)."""
+        self._real: dict[str, str] = {}
+
+    def saw(self, path: object, how: str) -> None:
+        """Note `path` (relative to the working folder) if it lies inside the project; `how`
+        is "read", "run", or "import" (named by an import statement)."""
+        name = os.fsdecode(path) if isinstance(path, (bytes, os.PathLike)) else path
+        if not isinstance(name, str):
+            return
+        absolute = name if os.path.isabs(name) else os.path.join(os.getcwd(), name)
+        real = self._real.get(absolute)
+        if real is None:
+            real = self._real[absolute] = self._resolved(absolute)
+        if not real.startswith(self.prefix):
+            return
+        if how == "import":
+            self.imported.add(real)
+        if how != "read" or real not in self.seen:
+            self.seen[real] = "read" if how == "read" else "run"
+
+    def _resolved(self, absolute: str) -> str:
+        """os.path.realpath, with each folder resolved once: a file costs one lstat."""
+        folder, name = os.path.split(absolute)
+        real_folder = self._real.get(folder)
+        if real_folder is None:
+            real_folder = self._real[folder] = os.path.realpath(folder)
+        joined = os.path.join(real_folder, name)
+        return os.path.realpath(joined) if os.path.islink(joined) else os.path.normpath(joined)
+
+    def saw_mappings(self, maps: Path = Path("/proc/self/maps")) -> None:
+        """Note the project's files mapped into this process (safetensors maps its files)."""
+        try:
+            lines = maps.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return  # no /proc (macOS): only the audit events count
+        for line in lines:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith(self.prefix):
+                self.saw(fields[5].removesuffix(" (deleted)"), "read")
+
+    def saw_modules(self) -> None:
+        """Note the files of modules loaded before the watch began (plugins, pytest's own)."""
+        for module in list(sys.modules.values()):
+            origin = getattr(module, "__file__", None) if module is not None else None
+            if isinstance(origin, str) and os.path.isabs(origin):
+                self.saw(origin, "run")
+
+    def sorted_out(self, test_modules: Iterable[Path]) -> tuple[dict[str, str], list[Path]]:
+        """The files refused (relative name -> why) and the helpers to hash: what was seen
+        outside the free places, the test modules and conftest.py files."""
+        modules = {p.resolve() for p in test_modules} - {Path(p) for p in self.imported}
+        refused: dict[str, str] = {}
+        helpers: set[Path] = set()
+        for real, how in sorted(self.seen.items()):
+            path = _source_of(Path(real))
+            if path in modules or path.name == "conftest.py" or path in self.free_files \
+                    or path.is_dir():
+                continue  # hashed into the cases' harness already, or a folder
+            test, subject = _deepest(path, self.tests), _deepest(path, self.subject)
+            if len(test.parts) > len(subject.parts):  # tests: [.] holds the subject's folder
+                helpers.add(path)
+            elif not self._is_free(path):
+                how = "run" if path.suffix in _CODE else how
+                where = "; the subject's" if subject.parts else ""
+                refused[path.relative_to(self.project).as_posix()] = f"{how}{where}"
+        return refused, sorted(helpers)
+
+    def _is_free(self, path: Path) -> bool:
+        """Package metadata, inside a free folder (worktree, cache, .git, libraries), or the
+        `__init__.py` of a package that holds the tests."""
+        return (any(part.endswith((".egg-info", ".dist-info")) for part in path.parts)
+                or any(path.is_relative_to(f) for f in self.free)
+                or is_package_above(path, self.tests + self.free))
+
+
+_CODE = (".py", ".pyc", ".so", ".pyd")
+
+
+def _deepest(path: Path, folders: Sequence[Path]) -> Path:
+    """The deepest of `folders` that holds `path`; Path() when none does."""
+    return max((f for f in folders if path.is_relative_to(f)), key=lambda f: len(f.parts),
+               default=Path())
+
+
+def _source_of(path: Path) -> Path:
+    """A cached module's source: `x/__pycache__/m.cpython-311.pyc` -> `x/m.py`."""
+    if path.parent.name == "__pycache__" and path.suffix == ".pyc":
+        return path.parent.parent / f"{path.name.split('.', 1)[0]}.py"
+    return path
+
+
+_WATCHES: list[TreeWatch] = []
+"""The active watch, if any: an audit hook cannot be removed, only left idle."""
+_HOOKED: list[bool] = []
+
+
+def watch_tree(watch: TreeWatch) -> None:
+    """Make `watch` the active one, installing the audit hook once per process."""
+    if not _HOOKED:
+        sys.addaudithook(_audit)
+        _note_native_opens()
+        _note_import_statements()
+        _HOOKED.append(True)
+    _WATCHES[:] = [watch]
+
+
+def _note_import_statements() -> None:
+    """A test module imported by another (`from test_a import make_model`) is a helper of
+    the cases that use it: every import statement goes through `builtins.__import__`, also
+    when the module is loaded already, while pytest loads test modules with importlib."""
+    import builtins
+
+    original = builtins.__import__
+
+    def __import__(name: str, globals: Mapping[str, object] | None = None,  # noqa: A002
+                   locals: Mapping[str, object] | None = None,  # noqa: A002
+                   fromlist: Sequence[str] | None = (), level: int = 0) -> ModuleType:
+        module = original(name, globals, locals, fromlist, level)
+        if _WATCHES:
+            _note_imported(module, name, fromlist, level)
+        return module
+
+    builtins.__import__ = __import__
+
+
+def _note_imported(module: ModuleType, name: str, fromlist: Sequence[str] | None,
+                   level: int) -> None:
+    """Note the file of each module an import statement named; never raises."""
+    try:
+        named = module if fromlist or level else sys.modules.get(name, module)
+        found = [named] + [getattr(named, item, None) for item in fromlist or ()]
+        for each in found:
+            origin = getattr(each, "__file__", None) if isinstance(each, ModuleType) else None
+            if isinstance(origin, str) and os.path.isabs(origin):
+                _WATCHES[0].saw(origin, "import")
+    except Exception:  # noqa: BLE001 - the user's import must not fail here
+        return
+
+
+def _note_native_opens() -> None:
+    """safetensors opens its files in Rust, which raises no audit event: its `safe_open`
+    notes the file first. `import safetensors` loads no torch; its framework modules take
+    `safe_open` from it when they are imported, or are patched here if they were before."""
+    try:
+        import safetensors
+    except ImportError:
+        return
+    original = safetensors.safe_open
+
+    def safe_open(filename: Any, *args: Any, **kwargs: Any) -> Any:
+        _audit("open", (filename, "r", os.O_RDONLY))
+        return original(filename, *args, **kwargs)
+
+    for name, module in list(sys.modules.items()):
+        if (name == "safetensors" or name.startswith("safetensors.")) and \
+                getattr(module, "safe_open", None) is original:
+            setattr(module, "safe_open", safe_open)
+
+
+def stop_watching() -> None:
+    _WATCHES.clear()
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """The audit hook: cheap for every other event, and never raises."""
+    if not _WATCHES or (event != "open" and event != "exec"):
+        return
+    try:
+        if event == "open":
+            path, flags = args[0], args[2]
+            if isinstance(path, int) or (isinstance(flags, int) and _writes_only(flags)):
+                return  # a descriptor already open, or a write
+            _WATCHES[0].saw(path, "read")
+        else:
+            name = getattr(args[0], "co_filename", None)
+            if isinstance(name, str) and os.path.isabs(name):
+                _WATCHES[0].saw(name, "run")
+    except Exception:  # noqa: BLE001 - an audit hook that raises would break the user's call
+        return
+
+
+def _writes_only(flags: int) -> bool:
+    """Whether an open with `flags` cannot read what the file held: write-only, or a file
+    emptied (O_TRUNC) or made new (O_EXCL)."""
+    return flags & os.O_ACCMODE == os.O_WRONLY or bool(flags & (os.O_TRUNC | os.O_EXCL))
