@@ -276,7 +276,7 @@ class Tracer:
         return f"<{type(module).__qualname__}>"
 
 
-_NOT_THE_USERS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
+_NOT_THE_USERS = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
 """Where frames are torch's or this package's: their variables name nothing the user knows."""
 
 

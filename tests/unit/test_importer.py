@@ -359,3 +359,11 @@ def test_the_deepest_folder_decides_between_subject_and_tests(tmp_path: Path) ->
                                      [project / "subj" / "tests" / "helper.py"])
     assert everywhere.sorted_out([]) == ({"subj/data.json": "read; the subject's",
                                           "subj/tests/helper.py": "run; the subject's"}, [])
+
+
+def test_the_package_excused_from_the_stray_checks_is_all_of_regression() -> None:
+    """Not only the folder of the module that names it: every layer of the package is ours."""
+    import regression
+    from regression.plugin.strays import THIS_PACKAGE
+
+    assert THIS_PACKAGE == Path(regression.__file__).resolve().parent

@@ -304,3 +304,10 @@ def test_a_module_first_called_in_a_helper_is_named_by_the_helpers_variable(
     _run_through_a_helper(tmp_path)
     assert [(c.name, c.number) for c in read_trace(tmp_path).calls if c.depth == 0] == [
         ("built", 1), ("built", 2)]
+
+
+def test_frames_of_every_layer_of_this_package_name_nothing_of_the_users() -> None:
+    import regression
+    from regression.diagnose.trace import _NOT_THE_USERS
+
+    assert str(Path(regression.__file__).parent) in _NOT_THE_USERS
