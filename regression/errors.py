@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any, TypeVar
+
+E = TypeVar("E", bound="RegressionError")
+Scalar = str | int | float | bool | None
+
 
 class RegressionError(Exception):
-    """Base of every error torch-regression raises on purpose."""
+    """Base of every error torch-regression raises on purpose.
+
+    Each error keeps the arguments it was made with, so that `error_data` and
+    `error_from_data` rebuild it through its constructor in another process, with every
+    attribute (`path`, `fix`, `key`, ...) its constructor sets.
+    """
+
+    arguments: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def __new__(cls: type[E], *args: Any, **kwargs: Any) -> E:
+        error = super().__new__(cls, *args)
+        error.arguments = (args, kwargs)
+        return error
 
 
 class ConfigError(RegressionError):
@@ -98,21 +116,48 @@ class RunIncompleteError(RegressionError):
 
 
 def error_data(error: RegressionError) -> dict[str, object]:
-    """An error as JSON-ready data, to cross from a child process to its parent."""
-    return {"error": type(error).__name__, "message": str(error)}
+    """An error as JSON-ready data, to cross from a child process to its parent: its class
+    and the arguments of its constructor (a Path as text), and its message as a fallback."""
+    args, kwargs = getattr(error, "arguments", ((str(error),), {}))
+    return {"error": type(error).__name__, "message": str(error),
+            "args": [_scalar(a) for a in args],
+            "kwargs": {str(k): _scalar(v) for k, v in kwargs.items()}}
+
+
+def _scalar(value: object) -> Scalar:
+    """A constructor argument as JSON can hold it: as it is, or as its text (a Path)."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
 def error_from_data(data: dict[str, object]) -> RegressionError:
-    """The error that `error_data` describes, of the same class where it is one of ours."""
-    kinds = {cls.__name__: cls for cls in _subclasses(RegressionError)}
-    cls = kinds.get(str(data.get("error")), RegressionError)
-    error = cls.__new__(cls)
-    Exception.__init__(error, str(data.get("message", "")))
-    return error
+    """The error that `error_data` describes, rebuilt through its constructor; one whose
+    class is not ours, or whose arguments no longer fit it, as a RegressionError with the
+    same message."""
+    kinds = {cls.__name__: cls for cls in subclasses(RegressionError)}
+    cls = kinds.get(str(data.get("error")))
+    args, kwargs = data.get("args"), data.get("kwargs")
+    if cls is not None and isinstance(args, list) and isinstance(kwargs, dict):
+        try:
+            return cls(*args, **kwargs)
+        except TypeError:  # written by another version of this class
+            pass
+    return RegressionError(str(data.get("message", "")))
 
 
-def _subclasses(cls: type[RegressionError]) -> list[type[RegressionError]]:
+def error_text(error: RegressionError) -> str:
+    """`error_data` as one line of JSON: for channels that carry text (the xdist relay)."""
+    return json.dumps(error_data(error))
+
+
+def error_from_text(text: str) -> RegressionError:
+    """The error `error_text` wrote."""
+    data = json.loads(text)
+    return error_from_data(data if isinstance(data, dict) else {"message": text})
+
+
+def subclasses(cls: type[RegressionError]) -> list[type[RegressionError]]:
+    """`cls` and every class below it, however deep."""
     found = [cls]
     for child in cls.__subclasses__():
-        found += _subclasses(child)
+        found += subclasses(child)
     return found

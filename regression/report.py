@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 if TYPE_CHECKING:
     from regression.compare import Difference
-    from regression.run.api import Generation
+    from regression.run.types import Generation
 
 IDENTICAL = "identical"
 CHANGED = "changed"

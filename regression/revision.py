@@ -9,10 +9,10 @@ import shutil
 import subprocess
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-import git
 import xxhash
 
 from regression.errors import GitError, RevisionError
@@ -36,14 +36,25 @@ def git_environment(environ: Mapping[str, str]) -> dict[str, str]:
             or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
 
 
+@dataclass(frozen=True)
+class Repository:
+    """A git repository as git itself named it: plain data, so a job carries it to a child
+    process, which then starts no git to find it again."""
+
+    working_dir: str
+    """The top of the work tree."""
+    common_dir: str
+    """The .git folder shared by all of its worktrees."""
+
+
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 """Every git call runs none of the repository's hooks (`git worktree add` runs post-checkout)
 and starts no file-system monitor (a daemon that would watch a temporary worktree)."""
 
 
-def git_process(where: git.Repo | Path, *args: str) -> subprocess.CompletedProcess[str]:
+def git_process(where: Repository | Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run git in `where` with GIT_* stripped and no hooks; the one place that starts git."""
-    folder = where.working_dir if isinstance(where, git.Repo) else where
+    folder = where.working_dir if isinstance(where, Repository) else where
     try:
         return subprocess.run(["git", *NO_HOOKS, "-C", str(folder), *args],
                               env=git_environment(os.environ),
@@ -53,7 +64,7 @@ def git_process(where: git.Repo | Path, *args: str) -> subprocess.CompletedProce
         raise RevisionError(args[0], "git is not installed or not on PATH; install git") from None
 
 
-def run_git(repo: git.Repo, *args: str) -> str:
+def run_git(repo: Repository, *args: str) -> str:
     """The output of a git command that must succeed; a failure is a GitError."""
     done = git_process(repo, *args)
     if done.returncode != 0:
@@ -61,30 +72,31 @@ def run_git(repo: git.Repo, *args: str) -> str:
     return done.stdout.strip()
 
 
-def open_repo(path: Path) -> git.Repo:
-    """The git repository whose work tree holds `path`."""
-    done = git_process(path, "rev-parse", "--show-toplevel")
-    if done.returncode != 0:
+def open_repo(path: Path) -> Repository:
+    """The git repository whose work tree holds `path`, in one git process. GitPython is
+    not imported: its import alone starts `git version` twice, outside this module."""
+    done = git_process(path, "rev-parse", "--show-toplevel", "--git-common-dir")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or len(lines) != 2:
         reason = done.stderr.strip().splitlines()[-1:] or ["git found no work tree"]
         raise RevisionError(str(path), f"{path} is not inside a git work tree ({reason[0]}); "
                                        "run from your project's clone")
-    # GitPython reads GIT_COMMON_DIR and the like, so only its working_dir is used: from the
-    # top level it finds `.git` itself. Everything else asks git through git_process.
-    return git.Repo(done.stdout.strip())
+    top, common = lines
+    return Repository(top, str((Path(path) / common).resolve()))
 
 
-def is_shallow(repo: git.Repo) -> bool:
+def is_shallow(repo: Repository) -> bool:
     """Whether the clone is shallow (older commits are missing)."""
     return run_git(repo, "rev-parse", "--is-shallow-repository") == "true"
 
 
-def _object_id(repo: git.Repo, expression: str) -> str:
+def _object_id(repo: Repository, expression: str) -> str:
     """The object id `expression` names, or '' when it names none."""
     done = git_process(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", expression)
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def _object_type(repo: git.Repo, object_id: str) -> str:
+def _object_type(repo: Repository, object_id: str) -> str:
     """'commit', 'tree', 'blob' or 'tag'; '' when the object is not in the clone."""
     done = git_process(repo, "cat-file", "-t", object_id) if object_id else None
     return done.stdout.strip() if done is not None and done.returncode == 0 else ""
@@ -93,7 +105,7 @@ def _object_type(repo: git.Repo, object_id: str) -> str:
 _KINDS_OF_REVISION = "a tag, branch, commit SHA or expression like HEAD~1"
 
 
-def resolve_revision(repo: git.Repo, revision: str) -> str:
+def resolve_revision(repo: Repository, revision: str) -> str:
     """The full commit SHA of a tag (peeled), branch, SHA or expression like HEAD~2."""
     _refuse_malformed(revision)
     _refuse_ambiguous_name(repo, revision)
@@ -127,7 +139,7 @@ _REF_KINDS = {"refs/tags/": "the tag", "refs/heads/": "the branch",
               "refs/remotes/": "the remote branch"}
 
 
-def _refs_named(repo: git.Repo, name: str) -> list[tuple[str, str]]:
+def _refs_named(repo: Repository, name: str) -> list[tuple[str, str]]:
     """(full ref, commit) of every ref that git's short-name rules find for `name`."""
     if not name or _SHA.match(name) or re.search(r"[*?\[\\\s]", name):
         return []
@@ -142,7 +154,7 @@ def _refs_named(repo: git.Repo, name: str) -> list[tuple[str, str]]:
     return [(ref, found[ref]) for ref in candidates if ref in found]
 
 
-def _refuse_ambiguous_name(repo: git.Repo, revision: str) -> None:
+def _refuse_ambiguous_name(repo: Repository, revision: str) -> None:
     """A name that is both a tag and a branch (say) is refused: git would take one silently."""
     name = _leading_name(revision)
     refs = _refs_named(repo, name)
@@ -160,7 +172,7 @@ def _ref_kind(ref: str) -> str:
     return next((kind for prefix, kind in _REF_KINDS.items() if ref.startswith(prefix)), "the ref")
 
 
-def _unresolved_message(repo: git.Repo, revision: str) -> str:
+def _unresolved_message(repo: Repository, revision: str) -> str:
     """Why `revision` names no commit, and what to do about it."""
     commits = git_process(repo, "rev-list", "-n", "1", "--all")
     if commits.returncode == 0 and not commits.stdout.strip():
@@ -181,7 +193,7 @@ def _unresolved_message(repo: git.Repo, revision: str) -> str:
 _KINDS = {"blob": "a file (a git blob)", "tree": "a directory (a git tree)"}
 
 
-def _what_it_names(repo: git.Repo, revision: str) -> str:
+def _what_it_names(repo: Repository, revision: str) -> str:
     """'a file (a git blob)' and the like when `revision` names an object but no commit."""
     object_id = _object_id(repo, revision)
     kind = _object_type(repo, object_id)
@@ -204,7 +216,7 @@ def _use_instead(revision: str) -> str:
 _LISTED_CANDIDATES = 10
 
 
-def _abbreviation_candidates(repo: git.Repo, name: str) -> list[str]:
+def _abbreviation_candidates(repo: Repository, name: str) -> list[str]:
     """Every object whose id starts with `name`, when `name` is an abbreviated SHA."""
     if not re.fullmatch(r"[0-9a-fA-F]{4,39}", name):
         return []
@@ -212,7 +224,7 @@ def _abbreviation_candidates(repo: git.Repo, name: str) -> list[str]:
     return sorted(done.stdout.split()) if done.returncode == 0 else []
 
 
-def _ambiguous_abbreviation_message(repo: git.Repo, revision: str, candidates: list[str]) -> str:
+def _ambiguous_abbreviation_message(repo: Repository, revision: str, candidates: list[str]) -> str:
     """The objects a short SHA could mean, listed as git lists them."""
     name = _leading_name(revision)
     lines = "\n".join(f"  {_candidate_line(repo, oid)}" for oid in candidates[:_LISTED_CANDIDATES])
@@ -223,7 +235,7 @@ def _ambiguous_abbreviation_message(repo: git.Repo, revision: str, candidates: l
             "the candidates too), in config.yaml or --reference.")
 
 
-def _candidate_line(repo: git.Repo, object_id: str) -> str:
+def _candidate_line(repo: Repository, object_id: str) -> str:
     """'1a2b3c4d5e6f commit 2026-01-02 - subject', or the id and its type."""
     kind = _object_type(repo, object_id) or "object"
     if kind != "commit":
@@ -232,7 +244,7 @@ def _candidate_line(repo: git.Repo, object_id: str) -> str:
     return f"{short(object_id)} commit {about}"
 
 
-def _not_found_message(repo: git.Repo, revision: str) -> str:
+def _not_found_message(repo: Repository, revision: str) -> str:
     message = f"revision {revision!r} does not exist in {repo.working_dir}"
     if is_shallow(repo):
         return (
@@ -257,9 +269,9 @@ def describe(revision: str, sha: str) -> str:
     return short(sha) if revision == sha else f"{short(sha)} ({revision})"
 
 
-def _worktree_parent(repo: git.Repo) -> Path:
+def _worktree_parent(repo: Repository) -> Path:
     """Where this repository's reference worktrees live: one folder per clone."""
-    common = Path(repo.common_dir).resolve()  # read from .git, no git process
+    common = Path(repo.common_dir)
     digest = xxhash.xxh64_hexdigest(str(common).encode())
     return Path(tempfile.gettempdir()) / "torch-regression-worktrees" / digest
 
@@ -286,7 +298,7 @@ def _remove_empty_parents(parent: Path) -> None:
     _remove_if_empty(parent.parent)
 
 
-def prune_stale_worktrees(repo: git.Repo) -> list[Path]:
+def prune_stale_worktrees(repo: Repository) -> list[Path]:
     """Remove worktrees left by killed runs of this tool; returns what was removed.
 
     Cheap when there is nothing to remove (a folder listing, no git process), so warm runs
@@ -311,7 +323,7 @@ def prune_stale_worktrees(repo: git.Repo) -> list[Path]:
 
 
 @contextmanager
-def reference_worktree(repo: git.Repo, sha: str) -> Iterator[Path]:
+def reference_worktree(repo: Repository, sha: str) -> Iterator[Path]:
     """A detached worktree of `sha` in a temporary folder, removed afterwards."""
     prune_stale_worktrees(repo)
     parent = _worktree_parent(repo)
@@ -334,7 +346,7 @@ def reference_worktree(repo: git.Repo, sha: str) -> Iterator[Path]:
 _LISTED = 5
 
 
-def _checkout_failure(repo: git.Repo, sha: str, stderr: str) -> str:
+def _checkout_failure(repo: Repository, sha: str, stderr: str) -> str:
     """Which files of `sha` the clone lacks and how to get them; git's own words otherwise."""
     missing = _missing_files(repo, sha)
     if not missing:
@@ -346,13 +358,13 @@ def _checkout_failure(repo: git.Repo, sha: str, stderr: str) -> str:
             f"{_how_to_fetch(repo, stderr)}")
 
 
-def _missing_objects(repo: git.Repo, sha: str) -> set[str]:
+def _missing_objects(repo: Repository, sha: str) -> set[str]:
     """The objects of `sha`'s tree that the clone lacks, found without fetching any."""
     done = git_process(repo, "rev-list", "--objects", "--missing=print", f"{sha}^{{tree}}")
     return {line[1:].strip() for line in done.stdout.splitlines() if line.startswith("?")}
 
 
-def _missing_files(repo: git.Repo, sha: str) -> list[tuple[str, str]]:
+def _missing_files(repo: Repository, sha: str) -> list[tuple[str, str]]:
     """(path in the tree, object id) of every missing object; a folder's path ends in '/'."""
     missing = _missing_objects(repo, sha)
     if not missing:
@@ -369,7 +381,7 @@ def _missing_files(repo: git.Repo, sha: str) -> list[tuple[str, str]]:
     return found + [("(path unknown)", oid) for oid in sorted(missing - named)]
 
 
-def _promisor_remotes(repo: git.Repo) -> list[str]:
+def _promisor_remotes(repo: Repository) -> list[str]:
     """The remotes a partial clone fetches missing objects from on demand."""
     names = []
     config = git_process(repo, "config", "--get-regexp", r"^remote\..*\.promisor$").stdout
@@ -381,7 +393,7 @@ def _promisor_remotes(repo: git.Repo) -> list[str]:
     return names + ([extension] if extension and extension not in names else [])
 
 
-def _how_to_fetch(repo: git.Repo, stderr: str) -> str:
+def _how_to_fetch(repo: Repository, stderr: str) -> str:
     """How to get the missing objects: from the promisor remote, or fetched again."""
     promisors = _promisor_remotes(repo)
     if promisors:
@@ -403,7 +415,7 @@ def _how_to_fetch(repo: git.Repo, stderr: str) -> str:
             "repository again; `git fsck` lists everything that is missing.")
 
 
-def _past_the_root(repo: git.Repo, revision: str) -> str:
+def _past_the_root(repo: Repository, revision: str) -> str:
     """Why 'HEAD~99' names nothing when HEAD exists: its history is shorter; or ""."""
     name = _leading_name(revision)
     rest = revision[len(name):]
@@ -416,7 +428,7 @@ def _past_the_root(repo: git.Repo, revision: str) -> str:
             "you mean (`git log --oneline` lists them).")
 
 
-def _only_remote(repo: git.Repo, revision: str) -> str:
+def _only_remote(repo: Repository, revision: str) -> str:
     """Why 'main' names nothing in a clone that has only 'origin/main' (CI); or ""."""
     name = _leading_name(revision)
     if not name or re.search(r"[*?\[\\\s]", name):

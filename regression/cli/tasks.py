@@ -23,11 +23,12 @@ from regression.fingerprint import device_details, package_lines
 from regression.harness import extra_harness_files, harness_files
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from regression.report import CHANGED, generation_lines
-from regression.run.completion import FINISHED, Completion
 from regression.store.scratch import scratch_folder
 from regression.selection import Selection, selection, unknown_cases
-from regression.run.api import Generation, Reference, Suite, cache_key, candidate_checkout, check_job, \
-    collect, key_code_files, record_values, resolve, run_check, select_shard
+from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
+    run_check
+from regression.run.generation import record_values
+from regression.run.types import CheckResult, Reference, Suite, resolve
 from regression.shard import MAX_SHARDS, ShardSpec, assign, parse_shard
 from regression.shard import table as shard_table
 
@@ -115,7 +116,7 @@ def _shard(text: str | None) -> ShardSpec | None:
 
 def _suite(reference: str | None, shard_spec: str | None) -> Suite:
     spec = _shard(shard_spec)
-    return select_shard(collect(resolve(_settings(), reference)), spec)
+    return collect(resolve(_settings(), reference)).in_shard(spec)
 
 
 def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: str | None,
@@ -134,10 +135,10 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: st
     _require_known_cases(resolved, picked, code)
     if result is None or code:
         raise RegressionError(_stopped(resolved, code))
-    if not result["generation"]:
+    generation = result.generation
+    if generation is None:
         print("nothing generated: no case was selected")
         return
-    generation = Generation(**result["generation"])
     for line in generation_lines(generation):
         print(line)
     if repeat > 1 and not generation.recorded:
@@ -207,10 +208,9 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
     return code
 
 
-def changed_cases(result: dict[str, Any] | None) -> list[str]:
+def changed_cases(result: CheckResult | None) -> list[str]:
     """The cases a check run's result names as changed."""
-    data = (result or {}).get(FINISHED)
-    failing = Completion.from_data(data).failing if isinstance(data, dict) else []
+    failing = result.finished.failing if result and result.finished else []
     prefix = f"{CHANGED.upper()} "
     return [line.removeprefix(prefix) for line in failing if line.startswith(prefix)]
 
@@ -294,9 +294,8 @@ def _compare(reference: str | None, candidate: str, shard_spec: str | None, stri
     _filled(("--candidate", candidate), ("--reference", reference), ("--junitxml", junitxml),
             required="--candidate")
     spec = _shard(shard_spec)
-    settings = _settings()
-    resolved = resolve(settings, reference)
-    with candidate_checkout(settings, candidate) as subject_root:
+    resolved = resolve(_settings(), reference)
+    with candidate_checkout(resolved, candidate) as subject_root:
         print(f"comparing {candidate} (candidate) with {resolved.label} (reference)")
         return _check(resolved, spec, False, strict, junitxml, False, subject_root)
 

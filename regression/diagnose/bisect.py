@@ -19,7 +19,7 @@ from regression.diagnose.bisect_search import Search
 from regression.diagnose.bisection import Bisection, Change, Echo, count
 from regression.errors import RegressionError
 from regression.revision import git_process, run_git, short
-from regression.run.api import Reference, Suite
+from regression.run.types import Reference, Suite
 
 
 def subject_pathspecs(reference: Reference) -> list[str]:

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from regression.diagnose.bisection import Bisection, Differences, Echo, Outputs, count
 from regression.errors import RegressionError
-from regression.run.api import Suite, find_nondeterministic, generate
+from regression.run.generation import find_nondeterministic, generate
+from regression.run.types import Suite
 from regression.store.cache import ABSENT, NONDETERMINISTIC, Entry
 from regression.store.inventory import BISECT
 from regression.revision import short

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from regression.errors import RegressionError
-from regression.run.job import CHECK, RECORD, current_job
+from regression.run.job import CheckJob, RecordJob, current_job
 
 MODE_PLUGIN = "torch-regression-mode"
 """The plugin of this run that serves the `regression` fixture (each mode registers it)."""
@@ -34,11 +34,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         job = current_job()
     except RegressionError as exc:
         raise pytest.UsageError(f"torch-regression: {exc}") from None
-    if job is None or job.mode == CHECK:
+    if job is None or isinstance(job, CheckJob):
         from regression.plugin import check
 
         check.register(early_config, job)
-    elif job.mode == RECORD:
+    elif isinstance(job, RecordJob):
         from regression.plugin import recording
 
         recording.register(early_config, job)

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Generator, NoReturn
 
 import pytest
 
-from regression.errors import RegressionError, error_from_data
+from regression.errors import RegressionError
 from regression.plugin.common import report_reason, uses_fixture
 from regression.plugin.hints import subject_not_importable
 from regression.plugin.ledger import Ledger
 from regression.plugin.relay import LINE, REFUSAL, Relay, attach, in_worker
 from regression.report import ERROR, CaseOutcome, generation_lines
-from regression.run.job import GEN_ONLY, Job
+from regression.run.job import GEN_ONLY, CheckJob
+from regression.run.types import CheckResult
 
 if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
     from regression.config import Settings
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain
 __all__ = ["Check", "register", "subject_not_importable"]
 
 
-def register(config: pytest.Config, job: Job | None) -> None:
+def register(config: pytest.Config, job: CheckJob | None) -> None:
     """The plugins of a check run, one per concern; the judge serves the fixture."""
     from regression.plugin import MODE_PLUGIN
     from regression.plugin.finish import Finish
@@ -43,7 +44,7 @@ def register(config: pytest.Config, job: Job | None) -> None:
 class Check:
     """A pytest plugin: readies the reference and this run's cases before the first runs."""
 
-    def __init__(self, config: pytest.Config, job: Job | None, ledger: Ledger) -> None:
+    def __init__(self, config: pytest.Config, job: CheckJob | None, ledger: Ledger) -> None:
         self.config = config
         self.job = job
         """Set when invoke started this run: the resolved reference, shard and gen policy."""
@@ -111,11 +112,13 @@ class Check:
         """config.yaml, read once per run."""
         if self.loaded_settings is not None:
             return self.loaded_settings
+        if self.job is not None:  # invoke read it and handed it over in the job
+            self.loaded_settings = self.job.settings
+            return self.loaded_settings
         from regression.config import find_config, load_settings
 
         try:
-            path = Path(self.job.config) if self.job else find_config(self.config.rootpath)
-            self.loaded_settings = load_settings(path)
+            self.loaded_settings = load_settings(find_config(self.config.rootpath))
             return self.loaded_settings
         except RegressionError as exc:
             self._refuse(exc)
@@ -274,10 +277,12 @@ class Check:
 
     def _expected(self, everything: list[pytest.Item]) -> set[str]:
         """The regression cases this driven run must run: its shard's, or all of them."""
-        from regression.plugin.prepare import shard_cases
+        from regression.run.types import shard_cases
 
+        assert self.job is not None
         try:
-            return shard_cases(self._settings(), self.job, everything)
+            return shard_cases(self._settings(), (i.nodeid for i in everything
+                                                  if uses_fixture(i)), self.job.shard)
         except RegressionError as exc:
             self._refuse(exc)
 
@@ -290,19 +295,22 @@ class Check:
         from filelock import FileLock
 
         with FileLock(Path(self.job.result).with_name("prepare.lock")):
-            earlier = self.job.read_result() or {}
-            if "error" in earlier:
-                self._refuse(error_from_data(earlier))
-            return self._prepare(everything, selected, quiet="generation" in earlier)
+            error = self.job.read_error()
+            if error is not None:
+                self._refuse(error)
+            earlier = self.job.read_result()
+            return self._prepare(everything, selected, quiet=earlier is not None)
 
     def _prepare(self, everything: list[pytest.Item], selected: set[str],
                  quiet: bool = False) -> Prepared:
         from regression import determinism
-        from regression.plugin.prepare import prepare, resolve
+        from regression.plugin.prepare import prepare
+        from regression.run.types import resolve
 
         settings = self._settings()
         determinism.prepare_process(settings.device)  # its variables are part of the key
-        reference = resolve(settings, self.job, self.config.getoption("regression_reference"))
+        reference = self.job.resolved if self.job is not None else \
+            resolve(settings, self.config.getoption("regression_reference"))
         # `invoke gen` records whatever addopts says: recording is all it is asked to do.
         no_gen = bool(self.config.getoption("regression_no_gen")) and not self.gen_only
         prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
@@ -319,9 +327,7 @@ class Check:
     def _write_result(self) -> None:
         if self.job is not None:
             prepared = self.prepared
-            self.job.write_result({
-                "generation": prepared.generation_data() if prepared else {},
-            })
+            self.job.write_result(CheckResult(prepared.generation if prepared else None))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:

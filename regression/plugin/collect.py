@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import load_settings
 from regression.errors import RegressionError
 from regression.fingerprint import environment_parts
 from regression.harness import HarnessDigests, extra_harness_files
 from regression.plugin.importer import install_redirect, verify_origins
-from regression.run.job import Job
+from regression.run.job import CollectJob
+from regression.run.types import CollectResult
 from regression.plugin.common import uses_fixture
 
 
-def register(config: pytest.Config, job: Job) -> None:
+def register(config: pytest.Config, job: CollectJob) -> None:
     """The one plugin of a collect run."""
     from regression.plugin import MODE_PLUGIN
 
@@ -28,9 +28,9 @@ class Collector:
     """A pytest plugin: lists every regression case pytest collects, deselected ones too
     (a -k or -m in addopts must not shrink what a run is expected to check)."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: CollectJob) -> None:
         self.job = job
-        self.settings = load_settings(Path(job.config))
+        self.settings = job.settings
         self.deselected: list[pytest.Item] = []
 
     def start(self) -> None:
@@ -44,7 +44,7 @@ class Collector:
                 install_redirect(self.settings.subject_packages, Path(self.job.subject_root),
                                  strict=True)
         except RegressionError as exc:
-            self.job.write_result({"error": type(exc).__name__, "message": str(exc)})
+            self.job.write_error(exc)
             raise pytest.UsageError(str(exc)) from None
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
@@ -57,7 +57,7 @@ class Collector:
             try:
                 verify_origins(self.settings.subject_packages, Path(self.job.subject_root))
             except RegressionError as exc:
-                self.job.write_result({"error": type(exc).__name__, "message": str(exc)})
+                self.job.write_error(exc)
                 return
         extra = extra_harness_files(self.settings.root, self.settings.harness)
         digests = HarnessDigests(config.rootpath, extra)
@@ -65,8 +65,7 @@ class Collector:
                  if uses_fixture(i)}
         selected = [i.nodeid for i in items if uses_fixture(i)]
         parts = environment_parts(self.settings, self.job.reference)
-        self.job.write_result({"cases": dict(sorted(cases.items())), "selected": selected,
-                               "parts": parts})
+        self.job.write_result(CollectResult(dict(sorted(cases.items())), selected, parts))
 
     def fixture(self, item: pytest.Item) -> object:
         pytest.fail("the regression fixture does not run while collecting", pytrace=False)

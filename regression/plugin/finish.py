@@ -4,6 +4,7 @@ workers judged, stores durations, and writes the record without which a run does
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,8 @@ from regression.plugin.judge import OUTCOME
 from regression.plugin.ledger import RunFacts, outcome_from
 from regression.plugin.relay import in_worker
 from regression.report import ERROR, CaseOutcome, not_run_lines
-from regression.run.completion import END, FINISHED, START, Completion
+from regression.run.completion import END, START, Completion
+from regression.run.types import CheckResult
 
 if TYPE_CHECKING:
     from regression.plugin.check import Check
@@ -180,8 +182,8 @@ class Finish:
                                     len(self.ledger.expected or ()),
                                     [f"{n}: {self._why_not_run(n)}" for n in unjudged],
                                     failing)
-            self.job.write_result({**(self.job.read_result() or {}),
-                                   FINISHED: completion.data()})
+            self.job.write_result(replace(self.job.read_result() or CheckResult(),
+                                          finished=completion))
 
 
 def _listed(cases: list[str]) -> str:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Generator, Protocol
 import pytest
 
 from regression import determinism
-from regression.config import load_settings
-from regression.errors import DeterminismError, RegressionError
+from regression.errors import DeterminismError, RegressionError, SubjectImportError, error_data, \
+    error_from_data
 from regression.fingerprint import environment_parts
 from regression.harness import extra_harness_files, helper_digests
 from regression.plugin.common import crash_reason, exception_reason, report_reason, \
@@ -24,7 +24,8 @@ from regression.plugin.importer import install_redirect, verify_origins
 from regression.plugin.strays import require_own_files, stray_modules
 from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
 from regression.plugin.relay import CONTROLLER, ERROR, Relay, attach, role
-from regression.run.job import PROGRESS, Job
+from regression.run.job import PROGRESS, RecordJob, decode
+from regression.run.types import RecordResult
 from regression.store.cache import Entry, Output
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
@@ -51,7 +52,7 @@ class Keeper(Protocol):
         """xdist's controller: the job's result from its workers' results."""
 
 
-def register(config: pytest.Config, job: Job) -> None:
+def register(config: pytest.Config, job: RecordJob) -> None:
     """The plugins of a recording: the shared one serves the fixture; the job's keeper."""
     from regression.plugin import MODE_PLUGIN
 
@@ -79,9 +80,9 @@ class Recording:
     """A pytest plugin: runs each wanted case at the reference, and says why one is not in
     the reference."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: RecordJob) -> None:
         self.job = job
-        self.settings = load_settings(Path(job.config))
+        self.settings = job.settings
         self.subject_root = Path(job.subject_root)
         self.roots = (self.subject_root.resolve(), self.settings.root.resolve())
         self.keeper: Keeper | None = None
@@ -118,16 +119,16 @@ class Recording:
     def _relayed(self, kind: str, text: str) -> None:
         """xdist's controller: the first error a worker reports stops the recording."""
         if kind == ERROR and not self.failed:
-            data = json.loads(text)
-            self.fail(str(data["error"]), str(data["message"]))
+            self.fail(error_from_data(json.loads(text)))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
         """xdist's controller: a case whose worker died stops the recording, named."""
         if not self.failed:
-            self.fail("WorkerCrash", f"{crashitem} stopped the recording at the reference: "
+            self.fail(RegressionError(f"{crashitem} stopped the recording at the reference: "
                       f"{crash_reason(report)}. The cases other workers finished are stored; "
-                      "`invoke gen --workers 1` records in one process, whose output shows why.")
+                      "`invoke gen --workers 1` records in one process, whose output shows "
+                                      "why."))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A line per wanted case as it finishes, for the parent to show: pytest's own
@@ -151,7 +152,7 @@ class Recording:
             determinism.prepare_process(self.settings.device)
             install_redirect(self.settings.subject_packages, self.subject_root, strict=True)
         except RegressionError as exc:
-            self.fail(type(exc).__name__, str(exc))
+            self.fail(exc)
             raise pytest.UsageError(str(exc)) from None
         if self.job.workdir:
             os.chdir(self.job.workdir)  # arguments resolve against where pytest started
@@ -177,7 +178,7 @@ class Recording:
             try:
                 importlib.import_module(package)
             except BaseException:  # noqa: B036 - any failure at import is reported as data
-                self.fail("subject_import", traceback.format_exc(limit=-8))
+                self.fail(SubjectImportError(traceback.format_exc(limit=-8)))
                 if self.worker:
                     return  # it runs nothing; the relay has told its controller
                 pytest.exit(f"the subject {package!r} failed to import at the reference",
@@ -235,7 +236,7 @@ class Recording:
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         if call.excinfo is not None and isinstance(call.excinfo.value, DeterminismError):
-            self.fail("DeterminismError", f"{item.nodeid}: {call.excinfo.value}")
+            self.fail(DeterminismError(f"{item.nodeid}: {call.excinfo.value}"))
             item.session.shouldstop = "the determinism settings changed during a case"
         elif call.excinfo is not None:
             error = call.excinfo.value
@@ -286,7 +287,7 @@ class Recording:
                 self._require_own_files()
                 self._done(self.keeps.result(), session)
             except RegressionError as exc:
-                self.fail(type(exc).__name__, str(exc))
+                self.fail(exc)
         if self.failed:
             self.keeps.discard()
         session.exitstatus = 3 if self.failed else 0
@@ -294,21 +295,28 @@ class Recording:
     def _done(self, result: dict[str, Any], session: pytest.Session) -> None:
         """The result goes to the job file, or from an xdist worker to its controller."""
         if self.relay is None or not self.relay.hand_over(WORKER_KEY, result):
-            self.job.write_result(result)
+            self._write(result)
+
+    def _write(self, data: dict[str, Any]) -> None:
+        """A keeper's result, or its error (a trace that stopped), as the job's."""
+        if "error" in data:
+            self.fail(error_from_data(data))
+        else:
+            self.job.write_result(decode(RecordResult, data))
 
     def _worker_done(self, data: Any, error: object) -> None:
         """xdist's controller: keep what each worker recorded, or its error."""
-        self.from_workers.append(data or {"error": "worker",
-                                          "message": f"an xdist worker stopped: {error}"})
+        self.from_workers.append(data or error_data(RegressionError(
+            f"an xdist worker stopped: {error}")))
 
     def _finish_from_workers(self, session: pytest.Session) -> None:
         errors = [d for d in self.from_workers if "error" in d]
         if self.failed or errors:
             if errors and not self.failed:
-                self.fail(str(errors[0]["error"]), str(errors[0]["message"]))
+                self.fail(error_from_data(errors[0]))
             session.exitstatus = 3
             return
-        self.job.write_result(self.keeps.merged(self.from_workers))
+        self._write(self.keeps.merged(self.from_workers))
         session.exitstatus = 0
 
     def _require_own_files(self) -> None:
@@ -339,12 +347,11 @@ class Recording:
                 return f"could not be collected at the reference: {error}"
         return "does not exist at the reference"
 
-    def fail(self, kind: str, message: str) -> None:
+    def fail(self, error: RegressionError) -> None:
         """Stop the recording with an error the parent raises; a worker's goes to its
         controller through the relay."""
         self.failed = True
-        self.error: dict[str, Any] = {"error": kind, "message": message}
         if not self.worker:
-            self.job.write_result(self.error)
+            self.job.write_error(error)
         elif self.relay is not None:
-            self.relay.send(ERROR, json.dumps(self.error))
+            self.relay.send(ERROR, json.dumps(error_data(error)))

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from regression.errors import RunIncompleteError
 
-FINISHED = "finished"
-"""The key of the completion record in a check run's result."""
 START = "start "
 END = "end "
 """Journal lines: a test started, a test ended (see Job.note)."""
@@ -35,24 +32,13 @@ class Completion:
     def passed(self) -> bool:
         return self.status == 0 and not self.unjudged and not self.failing
 
-    def data(self) -> dict[str, object]:
-        return asdict(self)
 
-    @classmethod
-    def from_data(cls, data: dict[str, Any]) -> Completion:
-        return cls(int(data["status"]), int(data["expected"]),
-                   [str(line) for line in data["unjudged"]],
-                   [str(line) for line in data["failing"]])
-
-
-def settle(code: int, result: dict[str, Any] | None, journal: list[str]) -> int:
+def settle(code: int, completion: Completion | None, journal: list[str]) -> int:
     """The exit code of a check run whose process ended with `code`: its own where the run's
     completion record agrees; RunIncompleteError where there is none (the process ended
     early), or where the record says the run did not pass and the process exited 0."""
-    data = (result or {}).get(FINISHED)
-    if not isinstance(data, dict):
+    if completion is None:
         raise RunIncompleteError(ended_early(code, journal), code if code > 0 else 2)
-    completion = Completion.from_data(data)
     if code or completion.passed:
         return code
     raise RunIncompleteError(not_passed(completion), completion.status or 1)

@@ -1,21 +1,31 @@
-"""The one typed job a parent hands to the pytest process it starts, and what comes back.
+"""The typed jobs a parent hands to the pytest process it starts, and what comes back.
 
-The parent resolves the reference once and passes the SHA; the child writes its result, or
-its error as data, to the job's result file, so an error in a child is the same error in
-the parent.
+The parent reads config.yaml and resolves the reference once; each job carries both (the
+validated settings, the commit and the repository), so the child reads and resolves neither
+again. The child writes its result, or its error as data, next to the job: an error in a
+child is the same error, attributes and all, in the parent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, get_args, get_origin, \
+    get_type_hints
 
-from regression.errors import ConfigError, RegressionError, error_data
+from regression.errors import ConfigError, RegressionError, error_data, error_from_data
+from regression.run.types import CheckResult, CollectResult, RecordResult, Reference, hint_names
 from regression.store.scratch import read_regular_file
+
+if TYPE_CHECKING:
+    from regression.config import Settings
+    from regression.shard import ShardSpec
 
 MAX_JOB_BYTES = 64 << 20
 """A job names cases and environment parts: far below this."""
@@ -30,66 +40,73 @@ GEN_ONLY = "only"    # invoke gen: record what is missing, run no test
 PROGRESS = "torch-regression progress: "
 """A line of a recording's output that its parent shows live (the rest only on an error)."""
 
+R = TypeVar("R", CollectResult, RecordResult, CheckResult)
+
 
 @dataclass(frozen=True)
-class Job:
-    """What a collect, record or check process is to do, and where it writes its result."""
+class _Job(Generic[R]):
+    """What every job carries, and how its result comes back."""
 
-    mode: str
-    result: str
-    config: str = ""
-    reference: str = ""
-    """The full SHA of the reference, resolved by the parent."""
-    revision: str = ""
-    """The reference as the user named it (tag, branch, HEAD~1), for messages."""
+    resolved: Reference
+    """The reference the parent resolved, with the settings it read from config.yaml."""
+    result: str = ""
+    """Where the child writes its result (its error next to it)."""
     subject_root: str = ""
     """Record: the subject folder in the reference worktree. Collect and check: the
     candidate's subject folder in its worktree (`invoke compare`); empty for the working
     tree."""
-    parts: dict[str, str] = field(default_factory=dict)
-    """Record: the fingerprint the parent computed; the child must see the same."""
-    cases: dict[str, str] = field(default_factory=dict)
-    """Record: the wanted cases, node id -> harness digest."""
-    shard: str = ""
-    """Check: 'i/n' to run one shard."""
-    gen: str = GEN_AUTO
-    """Check: GEN_AUTO, GEN_NEVER or GEN_ONLY."""
-    force: bool = False
-    """Check with GEN_ONLY: record every case again."""
-    workers: int = 0
-    """Check and record: pytest-xdist workers for recording (0: one process)."""
-    repeat: int = 0
-    """Check: recordings of each case to record (0: config.yaml's `determinism.repeat`)."""
-    verify: bool = False
-    """Record: compare each case's outputs with the stored ones instead of storing them."""
-    full_values: bool = False
-    """Record: store every tensor's values, none as a digest (`invoke test --full-values`).
-    Check: after the check, record the cases whose digests differ that way and check them
-    again, for the full report."""
-    trace: str = ""
-    """Record: trace every module call of the one wanted case into this folder (`invoke
-    explain`), with its checked outputs, instead of storing them in the cache."""
-    workdir: str = ""
-    """Record: the working folder of the recording, the project's folder in the reference's
-    worktree (files read from the user's repository are then watched); empty: the working
-    tree's own run (`invoke explain`'s candidate side)."""
-    selection: str = ""
-    """Check: how the user chose the cases to run (`-k EXPR`, node ids); empty for all. The
-    cases it leaves out are neither recorded nor missed."""
+
+    mode: ClassVar[str]
+
+    @property
+    def settings(self) -> Settings:
+        return self.resolved.settings
+
+    @property
+    def config(self) -> str:
+        return str(self.resolved.settings.path)
+
+    @property
+    def reference(self) -> str:
+        """The full SHA of the reference."""
+        return self.resolved.sha
+
+    @property
+    def revision(self) -> str:
+        """The reference as the user named it (tag, branch, HEAD~1), for messages."""
+        return self.resolved.revision
+
+    def _result_type(self) -> type[R]:
+        raise NotImplementedError
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self)), encoding="utf-8")
+        path.write_text(json.dumps({"mode": self.mode, **encode(self)}), encoding="utf-8")
 
-    def write_result(self, result: dict[str, object]) -> None:
+    def write_result(self, result: R) -> None:
         """Write the result atomically: xdist workers of one check run may each write it."""
-        target = Path(self.result)
-        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".result.")
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(result, stream)
-        os.replace(temporary, target)
+        _write_atomically(Path(self.result), encode(result))
+
+    def read_result(self) -> R | None:
+        """The child's result; None when it wrote none (it crashed or was killed)."""
+        path = Path(self.result)
+        if not path.is_file():
+            return None
+        return decode(self._result_type(), json.loads(path.read_text(encoding="utf-8")))
+
+    @property
+    def error_file(self) -> Path:
+        return Path(self.result + ".error")
 
     def write_error(self, error: RegressionError) -> None:
-        self.write_result(error_data(error))
+        """The child's error, for the parent to raise as the same error."""
+        _write_atomically(self.error_file, error_data(error))
+
+    def read_error(self) -> RegressionError | None:
+        """The error the child wrote, rebuilt; None when it wrote none."""
+        if not self.error_file.is_file():
+            return None
+        data = json.loads(self.error_file.read_text(encoding="utf-8"))
+        return error_from_data(data if isinstance(data, dict) else {})
 
     @property
     def journal(self) -> Path:
@@ -120,13 +137,76 @@ class Job:
         except OSError:
             return []
 
-    def read_result(self) -> dict[str, Any] | None:
-        """The child's result; None when it wrote none (it crashed or was killed)."""
-        path = Path(self.result)
-        if not path.is_file():
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else None
+
+@dataclass(frozen=True)
+class CollectJob(_Job[CollectResult]):
+    """List the regression cases, their harness digests and the fingerprint parts."""
+
+    mode: ClassVar[str] = COLLECT
+
+    def _result_type(self) -> type[CollectResult]:
+        return CollectResult
+
+
+@dataclass(frozen=True)
+class RecordJob(_Job[RecordResult]):
+    """Record the wanted cases with the subject imported from the reference worktree."""
+
+    parts: dict[str, str] = field(default_factory=dict)
+    """The fingerprint the parent computed; the child must see the same."""
+    cases: dict[str, str] = field(default_factory=dict)
+    """The wanted cases, node id -> harness digest."""
+    workers: int = 0
+    """pytest-xdist workers (0: one process)."""
+    verify: bool = False
+    """Compare each case's outputs with the stored ones instead of storing them."""
+    full_values: bool = False
+    """Store every tensor's values, none as a digest (`invoke test --full-values`)."""
+    trace: str = ""
+    """Trace every module call of the one wanted case into this folder (`invoke explain`),
+    with its checked outputs, instead of storing them in the cache."""
+    workdir: str = ""
+    """The working folder of the recording, the project's folder in the reference's
+    worktree (files read from the user's repository are then watched); empty: the working
+    tree's own run (`invoke explain`'s candidate side)."""
+
+    mode: ClassVar[str] = RECORD
+
+    def _result_type(self) -> type[RecordResult]:
+        return RecordResult
+
+
+@dataclass(frozen=True)
+class CheckJob(_Job[CheckResult]):
+    """Check the working tree's cases against the reference, recording what is missing."""
+
+    shard: ShardSpec | None = None
+    """The one shard to run; None for every case."""
+    gen: str = GEN_AUTO
+    """GEN_AUTO, GEN_NEVER or GEN_ONLY."""
+    force: bool = False
+    """With GEN_ONLY: record every case again."""
+    workers: int = 0
+    """pytest-xdist workers for recording (0: one process)."""
+    repeat: int = 0
+    """Recordings of each case to record (0: config.yaml's `determinism.repeat`)."""
+    selection: str = ""
+    """How the user chose the cases to run (`-k EXPR`, node ids); empty for all. The cases
+    it leaves out are neither recorded nor missed."""
+
+    mode: ClassVar[str] = CHECK
+
+    def __post_init__(self) -> None:
+        if self.gen not in (GEN_AUTO, GEN_NEVER, GEN_ONLY):
+            raise ValueError(f"gen {self.gen!r} is none of {GEN_AUTO}, {GEN_NEVER}, {GEN_ONLY}")
+
+    def _result_type(self) -> type[CheckResult]:
+        return CheckResult
+
+
+Job = Union[CollectJob, RecordJob, CheckJob]
+JOBS: dict[str, type[CollectJob] | type[RecordJob] | type[CheckJob]] = {
+    COLLECT: CollectJob, RECORD: RecordJob, CHECK: CheckJob}
 
 
 def current_job() -> Job | None:
@@ -151,14 +231,77 @@ def _checked(data: object) -> Job:
     """A job from JSON, each field of its type, the mode one of ours."""
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    kinds = {f.name: _KINDS[str(f.type)] for f in fields(Job)}
-    for name, value in data.items():
-        if name not in kinds or type(value) is not kinds[name]:
-            raise ValueError(f"field {name!r} is unknown or of the wrong type")
-    job = Job(**data)
-    if job.mode not in (COLLECT, RECORD, CHECK):
-        raise ValueError(f"mode {job.mode!r} is none of {COLLECT}, {RECORD}, {CHECK}")
+    fields = dict(data)
+    mode = fields.pop("mode", None)
+    if mode not in JOBS:
+        raise ValueError(f"mode {mode!r} is none of {', '.join(JOBS)}")
+    job: Job = decode(JOBS[mode], fields)
     return job
 
 
-_KINDS = {"str": str, "bool": bool, "int": int, "dict[str, str]": dict}
+def _write_atomically(target: Path, data: object) -> None:
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".result.")
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        json.dump(data, stream)
+    os.replace(temporary, target)
+
+
+def encode(value: Any) -> Any:
+    """A dataclass (and what it holds) as JSON-ready data; a Path as its text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.init}
+    if isinstance(value, Mapping):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+T = TypeVar("T")
+
+
+def decode(kind: type[T], data: object, name: str = "") -> T:
+    """The `kind` dataclass `encode` wrote, every field checked against its type: a job file
+    is read before anything trusts it. ValueError names a field that does not fit."""
+    if not isinstance(data, dict):
+        raise ValueError(f"field {name!r} is unknown or of the wrong type" if name
+                         else "not a JSON object")
+    hints = get_type_hints(kind, localns=hint_names())
+    known = {f.name: f for f in dataclasses.fields(kind) if f.init}  # type: ignore[arg-type]
+    values = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ValueError(f"field {name + key!r} is unknown or of the wrong type")
+        values[key] = _value(hints[key], value, name + key)
+    for key, spec in known.items():
+        if key not in values and spec.default is dataclasses.MISSING \
+                and spec.default_factory is dataclasses.MISSING:
+            raise ValueError(f"field {name + key!r} is missing")
+    return kind(**values)
+
+
+def _value(hint: Any, value: object, name: str) -> Any:
+    """`value` as a `hint`, checked; ValueError names the field where it is not one."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        origin, args = get_origin(hint), get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return decode(hint, value, f"{name}.")  # type: ignore[arg-type]
+    if hint is Path:
+        return Path(_exact(str, value, name))
+    if origin in (list, tuple):
+        items = [_value(args[0], v, name) for v in _exact(list, value, name)]
+        return tuple(items) if origin is tuple else items
+    if origin in (dict, Mapping):
+        return {k: _value(args[1], v, name) for k, v in _exact(dict, value, name).items()}
+    return _exact(hint, value, name)
+
+
+def _exact(kind: type[T], value: object, name: str) -> T:
+    if type(value) is not kind:  # a bool is no int here
+        raise ValueError(f"field {name!r} is unknown or of the wrong type")
+    return value

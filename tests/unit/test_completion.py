@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from regression.run.completion import FINISHED, Completion, settle, still_running
+from regression.run.completion import Completion, settle, still_running
 from regression.errors import RunIncompleteError
 
-PASSED = {FINISHED: Completion(0, 2).data()}
+PASSED = Completion(0, 2)
 
 
-def _refused(code: int, result: dict[str, object] | None, journal: list[str]
+def _refused(code: int, result: Completion | None, journal: list[str]
              ) -> RunIncompleteError:
     with pytest.raises(RunIncompleteError) as caught:
         settle(code, result, journal)
@@ -23,11 +23,11 @@ def test_a_record_that_says_passed_and_exit_0_pass() -> None:
 
 def test_a_failing_exit_code_stands_whatever_the_record_says() -> None:
     assert settle(1, PASSED, []) == 1
-    assert settle(1, {FINISHED: Completion(1, 2, failing=["CHANGED a"]).data()}, []) == 1
+    assert settle(1, Completion(1, 2, failing=["CHANGED a"]), []) == 1
 
 
 def test_no_record_and_exit_0_names_the_case_that_was_running() -> None:
-    error = _refused(0, {"generation": {}}, ["start a", "end a", "start b"])
+    error = _refused(0, None, ["start a", "end a", "start b"])
     assert error.exit_code == 2
     assert "its process exited with code 0 while running b, without the record" in str(error)
     assert "`pytest 'b'` shows what happens there" in str(error)
@@ -43,13 +43,13 @@ def test_no_record_says_where_the_run_ended_outside_a_case() -> None:
 
 def test_a_record_that_did_not_pass_fails_a_process_that_exited_0() -> None:
     record = Completion(0, 3, unjudged=["b: did not run"], failing=["CHANGED a"])
-    error = _refused(0, {FINISHED: record.data()}, [])
+    error = _refused(0, record, [])
     assert error.exit_code == 1
     text = str(error)
     assert "the check run's process exited 0, but the run did not pass" in text
     assert "1 of 3 cases it was meant to check ended without a verdict:\n  b: did not run" in text
     assert "1 cases did not pass:\n  CHANGED a" in text
-    assert _refused(0, {FINISHED: Completion(3, 0).data()}, []).exit_code == 3
+    assert _refused(0, Completion(3, 0), []).exit_code == 3
 
 
 def test_a_test_started_twice_in_the_journal_is_running_until_it_ends_twice() -> None:

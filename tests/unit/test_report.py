@@ -154,7 +154,7 @@ def test_a_multi_line_message_keeps_its_indentation_under_its_case() -> None:
 
 def test_not_run_and_generation_lines_indent_a_multi_line_reason_too() -> None:
     from regression.report import generation_lines
-    from regression.run.api import Generation
+    from regression.run.types import Generation
     lines = not_run_lines(["t.py::a"], 1, lambda _: "failed:\n  at x")
     assert lines[-1] == "  t.py::a: failed:\n      at x"
     generation = Generation(recorded=["t.py::b"], reused=0, absent={"t.py::a": "E:\n  x"})

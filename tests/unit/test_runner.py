@@ -10,7 +10,7 @@ import pytest
 
 from regression.config import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV, Settings
 from regression.run.job import JOB_ENV
-from regression.run.api import _child_environment, _started_as_pytest
+from regression.run.launch import _child_environment, _started_as_pytest
 
 
 def _state() -> tuple[str, list[str], dict[str, str], bool]:

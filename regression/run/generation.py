@@ -1,0 +1,308 @@
+"""Recording: plan which cases lack a valid reference, and record them in a new process at
+the reference (in a worktree), under the cache entry's lock. The check run calls it for
+what is missing; `gen`, `bisect` and `explain` through the API.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from regression.errors import CacheError, CacheWriteError, ReadOnlyError, RegressionError, \
+    StoreError, SubjectImportError
+from regression.fingerprint import environment_parts
+from regression.harness import changed_helpers
+from regression.revision import prune_stale_worktrees, reference_worktree
+from regression.run.job import RecordJob
+from regression.run.launch import run_pytest, tail
+from regression.run.types import Echo, Generation, Pending, RecordResult, Reference, Suite
+from regression.store.cache import NONDETERMINISTIC, Entry, StoredHarness
+from regression.store.scratch import scratch_folder
+
+
+def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[str, Pending]:
+    """The cases that need recording, by node id (`root`: where their helpers are)."""
+    todo: dict[str, Pending] = {}
+    known: dict[Path, str] = {}  # helper digests, read once for all cases
+    for nodeid, harness in cases.items():
+        try:
+            stored = None if force else entry.valid_harness(nodeid)
+        except StoreError as exc:
+            todo[nodeid] = Pending(harness, str(exc), fault=True)
+            continue
+        why = "forced" if force else "not recorded yet" if stored is None else \
+            _stale(stored, harness, root, known)
+        if why:
+            todo[nodeid] = Pending(harness, why)
+    return todo
+
+
+def _stale(stored: StoredHarness, harness: str, root: Path, known: dict[Path, str]) -> str:
+    """Why a stored case no longer matches its harness; "" when it does."""
+    if stored.digest != harness:
+        return "its test file or a conftest.py changed"
+    changed = changed_helpers(root, stored.helpers, known)
+    if changed:
+        return f"test code it uses changed: {', '.join(changed)}"
+    return ""
+
+
+def require_valid(suite: Suite) -> None:
+    """Raise unless every case has a valid stored reference (for `test --no-gen`); reads only."""
+    try:
+        suite.entry.verify_identity()
+        todo = plan(suite.entry, suite.cases, False, suite.reference.settings.root)
+    except CacheError as exc:
+        raise CacheError(f"{exc}\nRun `invoke gen` to record the reference again.") from None
+    if todo:
+        lines = "\n".join(f"  {nodeid}: {p.why}" for nodeid, p in list(todo.items())[:20])
+        more = f"\n  ... and {len(todo) - 20} more" if len(todo) > 20 else ""
+        raise CacheError(f"{len(todo)} of {len(suite.cases)} cases have no valid reference at "
+                         f"{suite.reference.label}:\n{lines}{more}\nRun `invoke gen` first.")
+
+
+def _open_entry(entry: Entry, warnings: list[str]) -> None:
+    """Create the entry; one whose identity file is wrong, or a link, is removed (a link
+    alone, never its target) and made anew. A write that fails is no reason to discard."""
+    try:
+        entry.create()
+    except CacheWriteError:
+        raise
+    except CacheError as exc:
+        warnings.append(f"discarding the cache entry {entry.directory}: {exc}")
+        entry.discard()
+        entry.create()
+
+
+def _read_only_plan(suite: Suite, force: bool) -> dict[str, Pending] | None:
+    """The cases to record, planned with no lock and no write (verified files need neither);
+    None when the entry itself is missing or not trusted."""
+    try:
+        suite.entry.verify_identity()
+    except CacheError:
+        return None
+    return plan(suite.entry, suite.cases, force, suite.reference.settings.root)
+
+
+def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generation:
+    """Record the reference outputs of the cases that lack a valid one.
+
+    Planning reads only, so a read-only cache (a restored CI cache, a shared mount) holding
+    every case serves. Only when something must be recorded is the entry's lock taken, and
+    the plan made again under it: a concurrent gen of the same key waits, then finds the work
+    done.
+    """
+    prune_stale_worktrees(suite.reference.repo)  # git's bookkeeping, not the cache
+    todo = _read_only_plan(suite, force)
+    if todo == {}:
+        suite.entry.touch()  # a hint for pruning; skipped where the cache is read-only
+        return Generation(reused=len(suite.cases))
+    try:
+        return _generate_locked(suite, force, echo)
+    except ReadOnlyError as exc:
+        missing = (f"{len(todo)} of {len(suite.cases)} cases have no valid reference"
+                   if todo else f"the cache entry {suite.entry.directory} is missing or unusable")
+        raise ReadOnlyError(exc.path, f"{missing}, and nothing can be recorded: {exc.reason}",
+                            "make the cache folder writable, or point REGRESSION_CACHE_DIR at a "
+                            "writable folder (copy this cache there to keep what it holds), "
+                            "then run again.") from None
+
+
+def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
+    """Plan again and record, holding the entry's lock."""
+    result = Generation()
+    with suite.entry.lock():
+        _open_entry(suite.entry, result.warnings)
+        todo = plan(suite.entry, suite.cases, force, suite.reference.settings.root)
+        result.warnings += [f"re-recording {nodeid}: {p.why}" for nodeid, p in todo.items()
+                            if p.fault]
+        for warning in result.warnings:
+            echo(f"warning: {warning}")
+        result.reused = len(suite.cases) - len(todo)
+        if todo:
+            echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
+                 f"{suite.reference.label} ...")
+            reference = suite.reference
+            with reference_worktree(reference.repo, reference.sha) as worktree:  # one for all
+                wanted = {nodeid: p.harness for nodeid, p in todo.items()}
+                recorded = _record(suite, worktree, wanted, echo)
+                result.recorded = list(recorded.recorded)
+                result.absent = dict(recorded.absent)
+                _require_all_ran(todo, result)
+                result.nondeterministic = _find_nondeterministic(
+                    suite, worktree, {n: todo[n].harness for n in result.recorded}, echo)
+        suite.entry.touch()
+    return result
+
+
+def _find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str], echo: Echo
+                           ) -> dict[str, str]:
+    """Record `recorded` again, each time in a new process, `suite.repeat - 1` times; a case
+    whose outputs differ from the first recording is stored as nondeterministic."""
+    found: dict[str, str] = {}
+    for again in range(2, suite.repeat + 1):
+        wanted = {n: h for n, h in recorded.items() if n not in found}
+        if not wanted:
+            break
+        echo(f"recording {_cases(len(wanted))} again ({again} of {suite.repeat}) to find "
+             "nondeterministic ones ...")
+        differ = _record(suite, worktree, wanted, echo, verify=True).differ
+        for nodeid, names in differ.items():
+            listed = ", ".join(repr(str(name)) for name in names)
+            found[nodeid] = (f"outputs {listed} differed between recording 1 and recording "
+                             f"{again}, each in its own process")
+            record = suite.entry.load_case(nodeid)
+            if record is not None:
+                suite.entry.save_case(replace(record, status=NONDETERMINISTIC,
+                                              reason=found[nodeid]))
+    if recorded and suite.repeat > 1 and not found:
+        echo(f"no nondeterministic case: each of the {len(recorded)} recorded gave the same "
+             f"outputs {suite.repeat} times")
+    return found
+
+
+def _cases(count: int) -> str:
+    return f"{count} case{'' if count == 1 else 's'}"
+
+
+def find_nondeterministic(suite: Suite, echo: Echo) -> dict[str, str]:
+    """Record the suite's cases, already stored, once more in a new process at its
+    reference: those whose outputs differ from the stored ones are stored as
+    nondeterministic and returned, each with how they differed."""
+    reference = suite.reference
+    with suite.entry.lock(), reference_worktree(reference.repo, reference.sha) as worktree:
+        return _find_nondeterministic(replace(suite, repeat=2), worktree, dict(suite.cases),
+                                      echo)
+
+
+def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
+    missing = [n for n in todo if n not in result.absent and n not in result.recorded]
+    if missing:
+        listed = "\n  ".join(missing[:10])
+        raise RegressionError(
+            f"{len(missing)} cases were collected at the reference but never ran, so nothing "
+            f"was stored for them:\n  {listed}\nWas the run stopped early? Options such as -x, "
+            "--maxfail, -k or -m in your pytest addopts stop or filter the recording; remove "
+            "them from addopts, then run `invoke gen` again."
+        )
+
+
+def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo) -> list[str]:
+    """`invoke test --full-values`: record again, keeping every tensor's values, the cases
+    among `nodeids` whose stored reference keeps some only as a digest; returns those."""
+    from regression import determinism
+
+    settings = reference.settings
+    determinism.prepare_process(settings.device)  # as the check run does: its key
+    entry = Entry(settings.cache_dir, environment_parts(settings, reference.sha))
+    wanted = {n: h for n in nodeids if (h := entry.digested_harness(n)) is not None}
+    if wanted:
+        echo(f"recording the values of {_cases(len(wanted))} whose digests differ, at "
+             f"{reference.label}, for the full report ...")
+        with entry.lock(), reference_worktree(reference.repo, reference.sha) as worktree:
+            _record(Suite(reference, wanted, entry), worktree, wanted, echo, full_values=True)
+    return sorted(wanted)
+
+
+def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
+            verify: bool = False, full_values: bool = False) -> RecordResult:
+    """Record `todo` in a new process, the subject from `worktree` (of the reference)."""
+    reference = suite.reference
+    try:
+        job = RecordJob(reference, subject_root=str(worktree / reference.settings.subject_path),
+                        parts=suite.entry.parts, cases=todo, workers=suite.workers,
+                        verify=verify, full_values=full_values,
+                        workdir=str(_project_in(reference, worktree)))
+        return _recording(reference, job, echo)
+    except KeyboardInterrupt:
+        kept = _still_valid(suite.entry, todo)
+        echo(f"recording interrupted: {kept} of {len(todo)} cases were stored and are kept; "
+             "the reference worktree was removed. `invoke gen` records the rest.")
+        raise
+
+
+def _recording(reference: Reference, job: RecordJob, echo: Echo, working_tree: bool = False
+               ) -> RecordResult:
+    """Run a record job in a new process: its result, or its error raised here.
+    `working_tree`: the job's subject is the working tree's, not the reference's."""
+    settings = reference.settings
+    with scratch_folder("result") as folder:
+        job = replace(job, result=str(Path(folder) / "result.json"))
+        tests = [str(settings.root / t) for t in settings.tests]  # the working folder moves
+        process = run_pytest(settings, ["-q", "--no-header", "-rN",
+                                     "--continue-on-collection-errors", *tests],
+                          job, True, progress=lambda line: echo(f"  {line}"))
+        error = job.read_error()
+        result = job.read_result()
+    if error is not None:
+        raise in_context(reference, error, working_tree)
+    if result is None:
+        raise RegressionError(
+            f"recording {'in the working tree' if working_tree else f'at {reference.label}'}"
+            f" stopped without a result "
+            f"(exit {process.returncode}):\n{tail(process)}"
+        )
+    return result
+
+
+def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bool,
+               echo: Echo) -> None:
+    """Run one case with every module call traced into `folder`: with the subject of the
+    reference (from a worktree), or of the working tree. Nothing goes into the cache."""
+    settings = reference.settings
+    with ExitStack() as stack:
+        root = settings.root if working_tree else stack.enter_context(
+            reference_worktree(reference.repo, reference.sha))
+        job = RecordJob(reference, subject_root=str(root / settings.subject_path),
+                        cases={nodeid: ""}, trace=str(folder),
+                        workdir="" if working_tree else str(_project_in(reference, root)))
+        result = _recording(reference, job, echo, working_tree)
+    where = "in the working tree" if working_tree else f"at {reference.label}"
+    fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
+        "; choose another --reference"
+    absent = result.absent
+    if absent:
+        raise RegressionError(f"{nodeid} cannot be traced {where}: {absent[nodeid]}{fix}")
+
+
+def _project_in(reference: Reference, worktree: Path) -> Path:
+    """The project's folder in a worktree of its repository: where the recording runs, as
+    pytest would be run there, so that relative paths name the reference's files."""
+    top = Path(reference.repo.working_dir).resolve()
+    root = reference.settings.root.resolve()
+    folder = worktree / root.relative_to(top) if root.is_relative_to(top) else worktree
+    return folder if folder.is_dir() else worktree  # a folder the reference does not have
+
+
+def _still_valid(entry: Entry, todo: dict[str, str]) -> int:
+    """How many of `todo` the entry now holds a valid reference of."""
+    count = 0
+    for nodeid, harness in todo.items():
+        try:
+            stored = entry.valid_harness(nodeid)
+            count += stored is not None and stored.digest == harness
+        except RegressionError:
+            continue
+    return count
+
+
+def in_context(reference: Reference, error: RegressionError,
+                working_tree: bool = False) -> RegressionError:
+    """A recording's error as the user needs it: the subject failing to import says where
+    and what to do; any other error is the child's own, attributes and all."""
+    if not isinstance(error, SubjectImportError):
+        return error
+    packages = ", ".join(reference.settings.subject_packages)
+    if working_tree:
+        return SubjectImportError(
+            f"the subject ({packages}) fails to import in the working tree:\n"
+            f"{str(error).rstrip()}\nFix: make it import (`python -c 'import "
+            f"{reference.settings.subject_packages[0]}'` shows the error), then run again.")
+    return SubjectImportError(
+        f"the subject ({packages}) fails to import at the reference {reference.label}, "
+        f"so nothing can be recorded there:\n{str(error).rstrip()}\n"
+        "Fix: choose a reference where it imports (--reference or config.yaml's "
+        "`reference`), or check `subject.path` in config.yaml."
+    )

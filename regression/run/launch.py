@@ -1,0 +1,235 @@
+"""Starts pytest for a job: in a new process, or in a fork of this one; and nothing else.
+
+What the processes do is the plugins' (regression.plugin); what to ask of them is the API's
+(regression.run.api) and the recording's (regression.run.generation).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, NoReturn, Protocol, Sequence
+
+from regression.config import CACHE_DIR_ENV, Settings
+from regression.errors import RegressionError
+from regression.revision import git_environment
+from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, Job, RecordJob
+from regression.run.types import Echo
+from regression.store.scratch import scratch_folder
+
+# Plugins that reorder tests or reseed generators would make the two runs differ.
+ISOLATION = ("-p", "no:cacheprovider", "-p", "no:randomly")
+
+
+def _xdist_args(job: Job | None) -> tuple[str, ...]:
+    """pytest-xdist as the job asks, whatever addopts says: collecting and `invoke gen` run
+    in one process, recording in `job.workers` workers or one process."""
+    if job is None or (isinstance(job, CheckJob) and job.gen != GEN_ONLY):
+        return ()  # the check run: the task passes --workers as -n, or addopts decides
+    if importlib.util.find_spec("xdist") is None:
+        return ()  # the tasks refuse --workers without it
+    workers = job.workers if isinstance(job, RecordJob) and job.workers > 1 else 0
+    return ("-n", str(workers))
+
+
+def _child_environment(settings: Settings, job_file: Path | None) -> dict[str, str]:
+    """The environment of a pytest run for `settings`: no GIT_* (a hook's), no xdist worker
+    variables (a worker's child is none), our cache, and the job, if any."""
+    env = {k: v for k, v in git_environment(os.environ).items()
+           if k != JOB_ENV and not k.startswith("PYTEST_XDIST_")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
+    if job_file is not None:
+        env[JOB_ENV] = str(job_file)
+    return env
+
+
+def _pytest_args(settings: Settings, args: Sequence[str], job: Job | None) -> list[str]:
+    return [*ISOLATION, "--rootdir", str(settings.root), *_xdist_args(job), *args]
+
+
+def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
+            capture: bool, progress: Echo | None = None) -> subprocess.CompletedProcess[str]:
+    """Run pytest in a new process in the root; with `progress`, its output is captured and
+    its progress lines go to `progress` as they come."""
+    with scratch_folder("job") as folder:
+        job_file = None
+        if job is not None:
+            job_file = Path(folder) / "job.json"
+            job.save(job_file)
+        command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
+        env = _child_environment(settings, job_file)
+        if progress is not None:
+            return _streamed(command, settings.root, env, progress)
+        return subprocess.run(command, cwd=settings.root, env=env, text=True,
+                              capture_output=capture, check=False)
+
+
+def _streamed(command: list[str], cwd: Path, env: dict[str, str],
+              progress: Echo) -> subprocess.CompletedProcess[str]:
+    """Run `command`, its progress lines shown live, the rest kept. On Ctrl-C, the child
+    (which a terminal interrupts too) is given time to store what it finished."""
+    kept: list[str] = []
+    with subprocess.Popen(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT) as child:
+        assert child.stdout is not None
+        try:
+            for line in child.stdout:
+                before, marker, shown = line.partition(PROGRESS)  # after pytest's dots
+                if marker:
+                    progress(shown.rstrip("\n"))
+                    line = before
+                kept.append(line)
+            child.wait()
+        except KeyboardInterrupt:
+            let_finish(child)
+            raise
+    return subprocess.CompletedProcess(command, child.returncode, "".join(kept), "")
+
+
+class Child(Protocol):
+    """A child process as let_finish handles it: a subprocess.Popen, or a fork."""
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+def let_finish(child: Child, first: float = 2.0) -> None:
+    """Wait for an interrupted child to store what it finished: interrupt it if the signal
+    did not reach it after `first` seconds, kill it if it does not end, or if the user
+    interrupts again."""
+    try:
+        for signal_first, seconds in ((None, first), (signal.SIGINT, 60.0)):
+            if signal_first is not None:
+                child.send_signal(signal_first)
+            try:
+                child.wait(timeout=seconds)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+    except KeyboardInterrupt:
+        pass
+    child.kill()
+    child.wait()
+
+
+@contextmanager
+def _started_as_pytest(settings: Settings, child: dict[str, str]) -> Iterator[None]:
+    """This process as `python -m pytest` in the root would start: that folder current and
+    first on sys.path, the `child` environment, no bytecode written; all restored after."""
+    folder, path, environ = os.getcwd(), list(sys.path), dict(os.environ)
+    bytecode = sys.dont_write_bytecode
+    try:
+        os.chdir(settings.root)
+        sys.path.insert(0, str(settings.root))
+        os.environ.clear()
+        os.environ.update(child)
+        sys.dont_write_bytecode = True
+        yield
+    finally:
+        sys.dont_write_bytecode = bytecode
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.path[:] = path
+        os.chdir(folder)
+
+
+# invoke imported this package before pytest starts, so pytest cannot mark it for assertion
+# rewriting (it has no asserts to rewrite) and warns; with `filterwarnings = error` in the
+# project's settings that warning would stop the run. A command-line filter beats the ini's.
+ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten; regression"
+                          ":pytest.PytestAssertRewriteWarning")
+
+
+def run_forked(settings: Settings, args: Sequence[str], job: CheckJob) -> int:
+    """Run pytest in a fork of this process, as `run_pytest` would in a new one: no second
+    Python start, no second import of what this one has loaded (GitPython, our package),
+    and yet a process of its own, so that a run that ends early (os._exit in a test) cannot
+    end this one, which then reads the run's completion record."""
+    with scratch_folder("job") as folder:
+        job_file = Path(folder) / "job.json"
+        job.save(job_file)
+        environment = _child_environment(settings, job_file)  # its errors are this process's
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _run_child(settings, _pytest_args(settings, args, job), environment, job)
+        child = Forked(pid)
+        try:
+            return child.wait()
+        except KeyboardInterrupt:  # the child, in this process group, was interrupted too
+            let_finish(child, first=30.0)
+            return child.wait()
+
+
+def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
+               job: CheckJob) -> NoReturn:
+    """The forked check run: pytest, set up as in the root, then the process ends with its
+    exit code, never returning into the caller's code."""
+    code = 1
+    try:
+        import pytest
+
+        with _started_as_pytest(settings, environment):
+            code = int(pytest.main([*ALREADY_IMPORTED, *args]))
+    except RegressionError as exc:  # before pytest ran: the invoke process says it, as data
+        job.write_error(exc)
+        code = 2
+    except SystemExit as exc:  # raised past pytest (a conftest's sys.exit), as Python ends
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: B036 - the child must end here, whatever happened
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
+                pass
+        os._exit(code)
+
+
+class Forked:
+    """A forked child, waited for as subprocess.Popen waits for one."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            flags = 0 if deadline is None else os.WNOHANG
+            pid, status = os.waitpid(self.pid, flags)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            else:
+                time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:
+    """The last lines a captured run printed: where it says why it failed."""
+    text = (process.stdout or "") + (process.stderr or "")
+    return "\n".join(text.strip().splitlines()[-lines:])

@@ -1,0 +1,144 @@
+"""What a run is about, as plain data: the resolved reference, the suite of cases, what a
+generation did and what each process hands back. The launcher, the API and the plugins all
+build on these; this module imports only the cores below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from regression.revision import describe
+
+if TYPE_CHECKING:  # a plain pytest run imports this module: it stays light
+    from regression.config import Settings
+    from regression.revision import Repository
+    from regression.run.completion import Completion
+    from regression.shard import ShardSpec
+    from regression.store.cache import Entry
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A reference revision, resolved to a commit."""
+
+    settings: Settings
+    repo: Repository
+    revision: str
+    sha: str
+
+    @property
+    def label(self) -> str:
+        return describe(self.revision, self.sha)
+
+
+def resolve(settings: Settings, reference: str | None) -> Reference:
+    """Resolve the reference revision (config.yaml's unless given) to a commit: once per
+    run, by whichever process the user started; its children get it in their job."""
+    from regression.revision import open_repo, resolve_revision
+
+    revision = settings.revision_for(reference)
+    repo = open_repo(settings.root)
+    return Reference(settings, repo, revision, resolve_revision(repo, revision))
+
+
+def shard_cases(settings: Settings, cases: Iterable[str], spec: ShardSpec | None) -> set[str]:
+    """The cases of shard `spec` (all of them without one), balanced by the recorded
+    durations and config.yaml's pins: the assignment depends only on the set of case ids,
+    whatever pytest selected or in which order."""
+    from regression.durations import read_durations
+    from regression.shard import select
+
+    chosen = sorted(set(cases))
+    if spec is None:
+        return set(chosen)
+    return set(select(chosen, spec, read_durations(settings.durations_file), settings.pins))
+
+
+@dataclass(frozen=True)
+class Suite:
+    """The candidate's regression cases, and the cache entry of this environment."""
+
+    reference: Reference
+    cases: dict[str, str]
+    entry: Entry
+    shard: ShardSpec | None = None
+    subject_root: Path | None = None
+    """Set by `compare`: the candidate's subject comes from this worktree."""
+    workers: int = 0
+    """pytest-xdist workers for recording; 0 or 1 records in one process."""
+    repeat: int = 1
+    """Recordings of each case recorded; from 2, differing ones are stored nondeterministic."""
+
+    def in_shard(self, spec: ShardSpec | None) -> Suite:
+        """The suite narrowed to one shard (every case when `spec` is None)."""
+        if spec is None:
+            return self
+        chosen = shard_cases(self.reference.settings, self.cases, spec)
+        return replace(self, cases={c: h for c, h in self.cases.items() if c in chosen},
+                       shard=spec)
+
+
+@dataclass
+class Generation:
+    """What `gen` did."""
+
+    reused: int = 0
+    recorded: list[str] = field(default_factory=list)
+    absent: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    nondeterministic: dict[str, str] = field(default_factory=dict)
+    """Recorded cases whose recordings differed, and how."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A case to record, and why: missing, stale, forced, or a fault in what was stored."""
+
+    harness: str
+    why: str
+    fault: bool = False
+
+
+@dataclass(frozen=True)
+class CollectResult:
+    """What a collect run hands back: every case with its harness digest (deselected ones
+    too), the cases left selected, and the environment's fingerprint parts."""
+
+    cases: dict[str, str]
+    selected: list[str]
+    parts: dict[str, str]
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """What a record run hands back: the cases it stored and those not in the reference,
+    with why; verifying, the cases whose outputs differ from the stored ones, by name."""
+
+    recorded: list[str] = field(default_factory=list)
+    absent: dict[str, str] = field(default_factory=dict)
+    differ: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What a check run hands back: what its generation did (None when it recorded nothing
+    or had no case), and the record it writes at its very end."""
+
+    generation: Generation | None = None
+    finished: Completion | None = None
+
+
+def hint_names() -> dict[str, object]:
+    """The classes this module's annotations name, imported when a job is decoded (see
+    job.decode): a plain pytest run never needs them."""
+    from regression.config import Determinism, Settings
+    from regression.revision import Repository
+    from regression.run.completion import Completion
+    from regression.shard import ShardSpec
+
+    return {cls.__name__: cls for cls in (Determinism, Settings, Repository, Completion,
+                                          ShardSpec)}
