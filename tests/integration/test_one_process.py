@@ -1,0 +1,70 @@
+"""A warm `invoke test` is one torch process that reads config.yaml once, also in a
+repository whose pytest settings are this project's own (its suite's xdist options)."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+from helpers import PROJECT, Repo, output
+
+# Every Python process started with this folder on PYTHONPATH notes, in the file $COUNT_LOG
+# names, that it started, that it imported torch, and each time it opened config.yaml. A fork
+# notes no start of its own, but its imports and opens, under its own pid.
+SITECUSTOMIZE = """\
+import os
+import sys
+
+LOG = os.environ.get("COUNT_LOG")
+CONFIG = os.environ.get("COUNT_CONFIG", "")
+
+
+def note(what):
+    handle = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.write(handle, f"{what} {os.getpid()}\\n".encode())
+    os.close(handle)
+
+
+def audit(event, args):
+    if event == "import" and args[0] == "torch":
+        note("torch")
+    elif event == "open" and isinstance(args[0], str) and args[0].endswith("config.yaml") \\
+            and os.path.realpath(args[0]) == CONFIG:
+        note("config")
+
+
+if LOG:
+    note("start")
+    sys.addaudithook(audit)
+"""
+
+
+def _pytest_settings() -> str:
+    """This project's own [tool.pytest.ini_options] section, as its pyproject.toml has it."""
+    text = (PROJECT / "pyproject.toml").read_text(encoding="utf-8")
+    section = re.search(r"^\[tool\.pytest\.ini_options\]\n(?:(?!\[).*\n)*", text, re.M)
+    assert section is not None and "addopts" in section.group(0)
+    return section.group(0)
+
+
+def test_a_warm_test_run_is_one_torch_process_that_reads_config_once(
+        recorded_subject_repo: Repo, tmp_path: Path) -> None:
+    repo = recorded_subject_repo
+    repo.write("pyproject.toml", _pytest_settings())
+    counting = tmp_path / "counting"
+    counting.mkdir()
+    (counting / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
+    log = tmp_path / "log"
+    env = {"PYTHONPATH": str(counting), "COUNT_LOG": str(log),
+           "COUNT_CONFIG": str((repo.path / "config.yaml").resolve())}
+    done = repo.invoke("test", env=env, process=True)
+    assert done.returncode == 0, output(done)
+    assert "1 identical" in output(done), output(done)  # warm: nothing recorded
+    notes = Counter(line.split()[0] for line in log.read_text().splitlines())
+    torch_processes = {line.split()[1] for line in log.read_text().splitlines()
+                       if line.startswith("torch ")}
+    assert notes["start"] == 1, log.read_text()  # invoke; the check run is its fork
+    assert len(torch_processes) == 1, log.read_text()
+    assert notes["config"] == 1, log.read_text()
