@@ -269,15 +269,16 @@ def decode(kind: type[T], data: object, name: str = "") -> T:
                          else "not a JSON object")
     hints = get_type_hints(kind, localns=hint_names())
     known = {f.name: f for f in dataclasses.fields(kind) if f.init}  # type: ignore[arg-type]
+    prefix = f"{name}." if name else ""
     values = {}
     for key, value in data.items():
         if key not in known:
-            raise ValueError(f"field {name + key!r} is unknown or of the wrong type")
-        values[key] = _value(hints[key], value, name + key)
+            raise ValueError(f"field {prefix + key!r} is unknown or of the wrong type")
+        values[key] = _value(hints[key], value, prefix + key)
     for key, spec in known.items():
         if key not in values and spec.default is dataclasses.MISSING \
                 and spec.default_factory is dataclasses.MISSING:
-            raise ValueError(f"field {name + key!r} is missing")
+            raise ValueError(f"field {prefix + key!r} is missing")
     return kind(**values)
 
 
@@ -290,7 +291,7 @@ def _value(hint: Any, value: object, name: str) -> Any:
         (hint,) = [a for a in args if a is not type(None)]
         origin, args = get_origin(hint), get_args(hint)
     if dataclasses.is_dataclass(hint):
-        return decode(hint, value, f"{name}.")  # type: ignore[arg-type]
+        return decode(hint, value, name)  # type: ignore[arg-type]
     if hint is Path:
         return Path(_exact(str, value, name))
     if origin in (list, tuple):

@@ -1,0 +1,106 @@
+"""The typed jobs and results cross to a child process and back whole: settings, reference,
+results and errors, each field checked as it is read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from regression.config import Determinism, Settings
+from regression.errors import CacheWriteError
+from regression.revision import Repository
+from regression.run.completion import Completion
+from regression.run.job import GEN_ONLY, JOB_ENV, CheckJob, CollectJob, RecordJob, current_job
+from regression.run.types import CheckResult, CollectResult, Generation, RecordResult, Reference
+from regression.shard import ShardSpec
+
+
+def _reference(tmp_path: Path) -> Reference:
+    settings = Settings(path=tmp_path / "config.yaml", reference="v1",
+                        subject_packages=("zoo", "extra"), tests=("tests", "more"),
+                        references={"old": "v0"}, harness=("data/x.bin",),
+                        determinism=Determinism(seed=3, threads=2, repeat=2), device="cuda",
+                        fingerprint_packages=("numpy",), pins={"tests/*vit*": 2})
+    return Reference(settings, Repository(str(tmp_path), str(tmp_path / ".git")), "v1",
+                     "a" * 40)
+
+
+def _jobs(tmp_path: Path) -> list[CollectJob | RecordJob | CheckJob]:
+    reference = _reference(tmp_path)
+    result = str(tmp_path / "result.json")
+    return [CollectJob(reference, result, subject_root="/c/zoo"),
+            RecordJob(reference, result, "/w/zoo", parts={"torch": "2"}, cases={"t::a": "h"},
+                      workers=2, verify=True, trace="/t", workdir="/w"),
+            CheckJob(reference, result, shard=ShardSpec(2, 3), gen=GEN_ONLY, force=True,
+                     workers=2, repeat=3, selection="-k vit")]
+
+
+@pytest.mark.parametrize("index", range(3), ids=["collect", "record", "check"])
+def test_a_job_is_read_back_as_written_settings_and_reference_included(
+        index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = _jobs(tmp_path)[index]
+    job.save(tmp_path / "job.json")
+    monkeypatch.setenv(JOB_ENV, str(tmp_path / "job.json"))
+    read = current_job()
+    assert read == job and type(read) is type(job)
+    assert read.settings == job.settings and read.config == str(tmp_path / "config.yaml")
+    assert (read.reference, read.revision) == ("a" * 40, "v1")
+
+
+RESULTS = [CollectResult({"t::a": "h1", "t::b": "h2"}, ["t::a"], {"torch": "2"}),
+           RecordResult(["t::a"], {"t::b": "skipped"}, {"t::c": ["out"]}),
+           CheckResult(Generation(1, ["t::a"], {"t::b": "gone"}, ["w"], {"t::a": "how"}),
+                       Completion(1, 2, ["t::b: why"], ["CHANGED t::a"])),
+           CheckResult()]
+
+
+@pytest.mark.parametrize("index,result", [(0, RESULTS[0]), (1, RESULTS[1]), (2, RESULTS[2]),
+                                          (2, RESULTS[3])])
+def test_a_result_and_an_error_come_back_as_written(index: int, result: object,
+                                                     tmp_path: Path) -> None:
+    job = _jobs(tmp_path)[index]
+    assert job.read_result() is None and job.read_error() is None
+    job.write_result(result)  # type: ignore[arg-type]
+    assert job.read_result() == result
+    job.write_error(CacheWriteError("/c/entry", "cannot write", "free some room"))
+    error = job.read_error()
+    assert isinstance(error, CacheWriteError)
+    assert (error.path, error.reason, error.fix) == ("/c/entry", "cannot write", "free some room")
+
+
+@pytest.mark.parametrize("where,value", [
+    (("resolved", "settings", "determinism", "seed"), "3"),
+    (("resolved", "settings", "subject_packages"), "zoo"),
+    (("resolved", "repo", "working_dir"), None),
+    (("shard",), "2/3"),
+    (("force",), 1),
+])
+def test_a_field_of_the_wrong_type_is_named_however_deep(
+        where: tuple[str, ...], value: object, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _jobs(tmp_path)[2].save(tmp_path / "job.json")
+    data = json.loads((tmp_path / "job.json").read_text())
+    inner = data
+    for key in where[:-1]:
+        inner = inner[key]
+    inner[where[-1]] = value
+    (tmp_path / "job.json").write_text(json.dumps(data))
+    monkeypatch.setenv(JOB_ENV, str(tmp_path / "job.json"))
+    with pytest.raises(Exception) as raised:
+        current_job()
+    assert f"field {'.'.join(where)!r} is unknown or of the wrong type" in str(raised.value)
+
+
+def test_a_job_without_its_reference_or_with_an_unknown_policy_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(JOB_ENV, str(tmp_path / "job.json"))
+    (tmp_path / "job.json").write_text(json.dumps({"mode": "check", "result": "r"}))
+    with pytest.raises(Exception, match="field 'resolved' is missing"):
+        current_job()
+    _jobs(tmp_path)[2].save(tmp_path / "job.json")
+    data = json.loads((tmp_path / "job.json").read_text())
+    (tmp_path / "job.json").write_text(json.dumps({**data, "gen": "sometimes"}))
+    with pytest.raises(Exception, match="gen 'sometimes' is none of auto, never, only"):
+        current_job()
