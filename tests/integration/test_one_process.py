@@ -11,8 +11,9 @@ from pathlib import Path
 from helpers import PROJECT, Repo, output
 
 # Every Python process started with this folder on PYTHONPATH notes, in the file $COUNT_LOG
-# names, that it started, that it imported torch, and each time it opened config.yaml. A fork
-# notes no start of its own, but its imports and opens, under its own pid.
+# names, that it started, that it imported torch, each time it opened config.yaml and each git
+# it started to resolve a revision or to ask git's version (GitPython's import does). A fork
+# notes no start of its own, but the rest, under its own pid.
 SITECUSTOMIZE = """\
 import os
 import sys
@@ -33,6 +34,12 @@ def audit(event, args):
     elif event == "open" and isinstance(args[0], str) and args[0].endswith("config.yaml") \\
             and os.path.realpath(args[0]) == CONFIG:
         note("config")
+    elif event == "subprocess.Popen" and os.path.basename(str(args[0])) == "git":
+        argv = [str(a) for a in args[1]]
+        if "version" in argv:
+            note("git-version")
+        elif any(a.endswith("^{commit}") for a in argv):
+            note("git-resolve")
 
 
 if LOG:
@@ -49,7 +56,7 @@ def _pytest_settings() -> str:
     return section.group(0)
 
 
-def test_a_warm_test_run_is_one_torch_process_that_reads_config_once(
+def test_a_warm_test_run_is_one_torch_process_that_reads_config_and_resolves_once(
         recorded_subject_repo: Repo, tmp_path: Path) -> None:
     repo = recorded_subject_repo
     repo.write("pyproject.toml", _pytest_settings())
@@ -68,3 +75,4 @@ def test_a_warm_test_run_is_one_torch_process_that_reads_config_once(
     assert notes["start"] == 1, log.read_text()  # invoke; the check run is its fork
     assert len(torch_processes) == 1, log.read_text()
     assert notes["config"] == 1, log.read_text()
+    assert notes["git-resolve"] == 1 and notes["git-version"] == 0, log.read_text()

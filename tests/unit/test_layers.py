@@ -1,0 +1,68 @@
+"""The import graph keeps its layers: nothing below the launcher and the API imports them,
+the data types import only what is below them, and only revision.py talks to git."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "regression"
+TOP = ("regression.run.launch", "regression.run.api")
+"""The launcher and the API: only the CLI, diagnosis and recording stand on them."""
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, lazily or not."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+MODULES = _modules()
+LOWER = [name for name in MODULES if name.startswith(("regression.plugin", "regression.store"))
+         or (name.count(".") == 1 and name not in ("regression.tasks", "regression.__main__"))]
+
+
+@pytest.mark.parametrize("name", LOWER)
+def test_no_lower_module_imports_the_launcher_or_the_api(name: str) -> None:
+    assert not {i for i in _imports(MODULES[name]) if i.startswith(TOP)}
+
+
+@pytest.mark.parametrize("name", ["regression.run.types", "regression.run.job",
+                                  "regression.run.completion"])
+def test_the_run_data_imports_nothing_above_it(name: str) -> None:
+    above = ("regression.run.launch", "regression.run.api", "regression.run.generation",
+             "regression.plugin", "regression.cli", "regression.diagnose")
+    assert not {i for i in _imports(MODULES[name]) if i.startswith(above)}
+
+
+def test_the_report_imports_only_data_types_of_a_run() -> None:
+    ours = {i for i in _imports(MODULES["regression.report"]) if i.startswith("regression.run")}
+    assert ours <= {"regression.run.types", "regression.run.types.Generation"}
+
+
+def test_gitpython_is_imported_nowhere_git_runs_through_revision() -> None:
+    for name, path in MODULES.items():
+        imports = _imports(path)
+        assert "git" not in imports and not any(i.startswith("git.") for i in imports), name
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if n.startswith("regression.run")])
+def test_no_module_of_the_run_is_over_400_lines(name: str) -> None:
+    assert len(MODULES[name].read_text(encoding="utf-8").splitlines()) <= 400
