@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 E = TypeVar("E", bound="RegressionError")
@@ -142,17 +141,6 @@ def error_from_data(data: dict[str, object]) -> RegressionError:
         except TypeError:  # written by another version of this class
             pass
     return RegressionError(str(data.get("message", "")))
-
-
-def error_text(error: RegressionError) -> str:
-    """`error_data` as one line of JSON: for channels that carry text (the xdist relay)."""
-    return json.dumps(error_data(error))
-
-
-def error_from_text(text: str) -> RegressionError:
-    """The error `error_text` wrote."""
-    data = json.loads(text)
-    return error_from_data(data if isinstance(data, dict) else {"message": text})
 
 
 def subclasses(cls: type[RegressionError]) -> list[type[RegressionError]]:
