@@ -1,1 +1,2 @@
-"""Running pytest for a reference or a candidate: the API the tasks call, jobs, the launcher."""
+"""Running pytest for a reference or a candidate: the data types, the jobs, the launcher,
+the recording, and on top the API the tasks call."""

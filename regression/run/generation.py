@@ -1,6 +1,6 @@
 """Recording: plan which cases lack a valid reference, and record them in a new process at
-the reference (in a worktree), under the cache entry's lock. The check run calls it for
-what is missing; `gen`, `bisect` and `explain` through the API.
+the reference (in a worktree), under the cache entry's lock. The check run of `test` and
+`gen` calls it for what is missing; `bisect` and `explain` call it directly.
 """
 
 from __future__ import annotations
