@@ -9,9 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from regression.revision import describe
-
-if TYPE_CHECKING:  # a plain pytest run imports this module: it stays light
+if TYPE_CHECKING:  # every pytest run imports this module (the plugin's job): it stays light
     from regression.config import Settings
     from regression.revision import Repository
     from regression.run.completion import Completion
@@ -32,6 +30,8 @@ class Reference:
 
     @property
     def label(self) -> str:
+        from regression.revision import describe
+
         return describe(self.revision, self.sha)
 
 
