@@ -561,8 +561,8 @@ TOOL_IMPORTS = {
                     "torch-regression imports it with torch"),
     **dict.fromkeys(("pytest", "_pytest", "pluggy", "iniconfig", "py", "pygments", "xdist",
                      "execnet"), "torch-regression runs in pytest, which imports it"),
-    **dict.fromkeys(("invoke", "git", "gitdb", "smmap", "xxhash", "yaml", "_yaml",
-                     "safetensors", "filelock"), "torch-regression itself imports it"),
+    **dict.fromkeys(("invoke", "xxhash", "yaml", "_yaml", "safetensors", "filelock"),
+                    "torch-regression itself imports it"),
 }
 """Top-level packages imported before the tests run: the redirect cannot take them over."""
 
