@@ -7,7 +7,7 @@ import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from invoke.collection import Collection
 from invoke.context import Context
