@@ -4,220 +4,26 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import stat
 import time
 from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
-import xxhash
-
-from regression.errors import CacheError, CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
+from regression.errors import CacheError, CacheWriteError, StoreError
 from regression.fingerprint import FORMAT_VERSION, differing_parts, key_of
-from regression.store.files import dump_verified, load_verified, verify_safetensors, write_atomic, write_error
-from regression.nodes import tensor_names
+from regression.store.cachedir import (CASES, ENTRY_FILE, LAST_USED, EntryLock, ensure_cache_root,
+                                       lock_path, remove_folder, with_fix)
+from regression.store.files import dump_verified, load_verified, verify_safetensors, write_atomic
+from regression.store.record import (ABSENT, NONDETERMINISTIC, RECORDED, TENSOR_FILE, CaseRecord,
+                                     Output, StagedCase, StoredHarness, case_id, checked_body)
 
-RECORDED = "recorded"
-ABSENT = "absent"
-NONDETERMINISTIC = "nondeterministic"
-"""Recorded, but two recordings at the reference differed: never compared."""
-ENTRY_FILE = "entry.json"
-LAST_USED = "last-used"
-CASES = "cases"
+__all__ = ["ABSENT", "NONDETERMINISTIC", "RECORDED", "CaseRecord", "Entry", "Output",
+           "StagedCase", "StoredHarness", "case_id"]
+"""Case records are defined in regression.store.record; imported from here too."""
+
 FORMAT = int(FORMAT_VERSION)
-GITIGNORE = b"# Created by torch-regression.\n*\n"
 _NO_FOLLOW_OR_BLOCK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-_FIXES = {
-    NoSpaceError: "free space (`invoke cache.prune --max-size 2G` removes the least recently "
-                  "used entries) or point REGRESSION_CACHE_DIR at a bigger disk",
-    ReadOnlyError: "make the cache folder writable, or point REGRESSION_CACHE_DIR at a "
-                   "writable folder",
-}
-
-
-@dataclass(frozen=True)
-class Output:
-    """One value a test passed to regression.check, under its name."""
-
-    name: str
-    value: object
-
-
-@dataclass(frozen=True)
-class CaseRecord:
-    """What the reference revision produced for one test case."""
-
-    nodeid: str
-    harness: str
-    status: str = RECORDED
-    reason: str = ""
-    outputs: tuple[Output, ...] = field(default_factory=tuple)
-    helpers: Mapping[str, str] = field(default_factory=dict)
-    """Test code found while recording (helper modules, files the tests read), by name
-    relative to the project, with the digest of each: an edit invalidates the case."""
-
-
-@dataclass(frozen=True)
-class StagedCase:
-    """A case whose tensors are written and whose record is not yet: see Entry.stage_case."""
-
-    nodeid: str
-    body: Mapping[str, object]
-    tensor_file: str | None
-    fresh: bool
-    """Whether this recording made the tensor file (no earlier one had the same bytes)."""
-
-
-@dataclass(frozen=True)
-class StoredHarness:
-    """What a stored case was recorded with: the harness digest and its helpers'."""
-
-    digest: str
-    helpers: Mapping[str, str]
-
-
-def case_id(nodeid: str) -> str:
-    """The file-name-safe identity of a test case."""
-    return xxhash.xxh3_64_hexdigest(nodeid.encode())
-
-
-def lock_path(cache_dir: Path, key: str) -> Path:
-    """The lock file of an entry: beside its folder, so removing the folder keeps it."""
-    return cache_dir / f"{key}.lock"
-
-
-def with_fix(exc: CacheWriteError, doing: str) -> CacheWriteError:
-    """`exc` again, saying what was being done and how to make room or get write access."""
-    fix = _FIXES.get(type(exc), "check the cache folder")
-    return type(exc)(exc.path, f"{doing}: {exc.reason}", f"{fix}, then run again.")
-
-
-def ensure_cache_root(cache_dir: Path) -> None:
-    """Create the cache folder, ignored by git from the inside like .pytest_cache.
-
-    The .gitignore goes only into a folder made here: written into a folder that already
-    existed (one of the project's, named by mistake) it would hide new files there from git.
-    """
-    try:
-        cache_dir.mkdir(parents=True)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        raise with_fix(write_error(cache_dir, exc, "create"), "cannot create the cache") from None
-    try:
-        write_atomic(cache_dir / ".gitignore", GITIGNORE)
-    except CacheWriteError as exc:
-        with suppress(OSError):
-            cache_dir.rmdir()  # so that the next run makes it again, .gitignore included
-        raise with_fix(exc, f"cannot create the cache {cache_dir}") from None
-
-
-def require_writable(folder: Path) -> None:
-    """Raise ReadOnlyError, naming the folder, unless this process may write in it."""
-    if os.access(folder, os.W_OK):
-        return
-    try:
-        mounted_read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except (OSError, AttributeError):  # no statvfs on Windows
-        mounted_read_only = False
-    why = "a read-only file system" if mounted_read_only else "not writable by this user"
-    raise ReadOnlyError(str(folder), f"the cache folder {folder} is read-only ({why})")
-
-
-def remove_folder(directory: Path) -> None:
-    """Remove an entry folder, its identity file first so that a half-removed entry never
-    reads as valid; a symbolic link (or a file) in its place loses only itself."""
-    try:
-        if directory.is_symlink() or directory.is_file():
-            directory.unlink()
-        elif directory.is_dir():
-            (directory / ENTRY_FILE).unlink(missing_ok=True)
-            shutil.rmtree(directory)  # unlinks links inside, never follows them
-    except OSError as exc:
-        raise write_error(directory, exc, "remove") from None
-
-
-_LEFTOVER_NAMES = re.compile(r"last-used|\.entry\.json\.[a-z0-9_]+\.tmp")
-_CASE_NAMES = re.compile(r"[0-9a-f]{16}\.(?:json|[0-9a-f]{16}\.safetensors)"
-                         r"|\.[0-9a-f]{16}(?:\.json)?\.[a-z0-9_]+\.tmp")
-"""What the cache writes in an entry besides its identity file (temporary files included)."""
-
-
-def stranger(directory: Path) -> str:
-    """What in `directory` proves it is not a leftover of the cache ("" when nothing does).
-
-    A removal unlinks the identity file first, and a creation writes it first into the new
-    folder, so one cut short (kill -9) leaves a folder without entry.json that holds only
-    regular files named as the cache names them: last-used, cases/, and in it case records,
-    tensor files and their temporary files. Anything else, or an identity file, and the
-    folder is not provably a leftover: prune and clear leave it alone.
-    """
-    if directory.is_symlink() or not directory.is_dir():
-        return f"{directory} itself, which is not a folder"
-    if os.path.lexists(directory / ENTRY_FILE):
-        return f"{ENTRY_FILE}, its identity file"
-    try:
-        return _first_stranger(directory)
-    except OSError as exc:
-        return f"what cannot be listed ({exc.strerror or exc})"
-
-
-def _first_stranger(directory: Path) -> str:
-    """The first thing in an entry folder that the cache never writes, in words; "" if none."""
-    for path in sorted(directory.iterdir()):
-        if path.name == CASES and not path.is_symlink() and path.is_dir():
-            inside = (p for p in sorted(path.iterdir())
-                      if not (_CASE_NAMES.fullmatch(p.name) and _is_plain_file(p)))
-            found = next(inside, None)
-        else:
-            found = None if _LEFTOVER_NAMES.fullmatch(path.name) and _is_plain_file(path) \
-                else path
-        if found is not None:
-            return f"{found.relative_to(directory)} ({_kind(found)})"
-    return ""
-
-
-def _is_plain_file(path: Path) -> bool:
-    return stat.S_ISREG(path.lstat().st_mode)
-
-
-def _kind(path: Path) -> str:
-    """What a path is, in words, without following a link."""
-    mode = path.lstat().st_mode
-    kinds = {stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder", stat.S_ISREG: "a file"}
-    return next((kind for test, kind in kinds.items() if test(mode)), "a special file")
-
-
-class EntryLock:
-    """The file lock of one entry; freed if its holder dies. Taking it needs write access."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock_file = str(path)
-        from filelock import FileLock  # 30 ms to import: only runs that record or prune
-
-        self._lock = FileLock(self.lock_file)
-
-    @property
-    def is_locked(self) -> bool:
-        return self._lock.is_locked
-
-    def __enter__(self) -> EntryLock:
-        ensure_cache_root(self.path.parent)
-        require_writable(self.path.parent)
-        try:
-            if self.path.is_symlink():
-                self.path.unlink()  # a link in the cache is never followed: only it goes
-            self._lock.acquire()
-        except OSError as exc:
-            raise write_error(self.path, exc, "lock") from None
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._lock.release()
 
 
 Stamp = tuple[int, int, int, int, int]
@@ -431,7 +237,7 @@ class Entry:
         run: listing it for every case stored would cost time in the square of the cases."""
         if not self._tensor_index and self.cases.is_dir():
             for name in os.listdir(self.cases):
-                if _TENSOR_FILE.fullmatch(name):
+                if TENSOR_FILE.fullmatch(name):
                     self._tensor_index.setdefault(name[:16], set()).add(name)
             self._tensor_index.setdefault("", set())  # listed, even if empty
         return set(self._tensor_index.get(cid, ()))
@@ -449,7 +255,7 @@ class Entry:
         path = self.case_path(nodeid)
         if not os.path.lexists(path):
             return None
-        return self._load_once(path, lambda p: self._checked_body(p, nodeid))
+        return self._load_once(path, lambda p: checked_body(p, nodeid, self.key))
 
     def _load_once(self, path: Path, load: Callable[[Path], T]) -> T:
         """load(path), verified once in a run: a case is planned and then checked, and both
@@ -467,22 +273,6 @@ class Entry:
     def forget(self, nodeid: str) -> None:
         """Let go of what was kept of a case's record once it is checked."""
         self._verified.pop(self.case_path(nodeid), None)
-
-    def _checked_body(self, path: Path, nodeid: str) -> tuple[dict[str, Any], set[str]]:
-        """A case's record from `path`, checked to decode fully, and its tensor names."""
-        body = load_verified(path)
-        if body.get("nodeid") != nodeid or body.get("environment") != self.key:
-            raise StoreError(f"{path} belongs to another case or environment")
-        problem = _shape_problem(body)
-        if problem:
-            raise StoreError(f"{path} is malformed: {problem}")
-        names: set[str] = set()
-        for output in body["outputs"]:
-            try:
-                names.update(tensor_names(output["value"]))
-            except StoreError as exc:
-                raise StoreError(f"{path} is malformed: output {output['name']!r} {exc}") from None
-        return body, names
 
     def _require_tensors(self, nodeid: str, wanted: set[str], stored: set[str]) -> None:
         """Raise unless the tensor file holds every tensor the record names."""
@@ -533,32 +323,3 @@ class Entry:
             raise StoreError(f"{self.case_path(nodeid)} is malformed: {exc!r}") from None
         return CaseRecord(nodeid=nodeid, harness=body["harness"], status=body["status"],
                           reason=body["reason"], outputs=outputs, helpers=dict(body["helpers"]))
-
-
-_TENSOR_FILE = re.compile(r"[0-9a-f]{16}\.[0-9a-f]{16}\.safetensors")
-
-
-def _shape_problem(body: dict[str, Any]) -> str:
-    """What is wrong with the fields of a case record, "" when nothing."""
-    if body.get("status") not in (RECORDED, ABSENT, NONDETERMINISTIC):
-        return f"unknown status {body.get('status')!r}"
-    if not isinstance(body.get("harness"), str) or not isinstance(body.get("reason"), str):
-        return "harness and reason must be strings"
-    helpers = body.get("helpers")
-    if not isinstance(helpers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in helpers.items()):
-        return "helpers must map file names to digests"
-    outputs = body.get("outputs")
-    if not isinstance(outputs, list) or not all(
-            isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("value"),
-                                                                                dict)
-            for o in outputs):
-        return "outputs must be a list of named values"
-    if len({o["name"] for o in outputs}) != len(outputs):
-        return "two outputs have one name"
-    tensors = body.get("tensors")
-    if tensors is not None and not (
-            isinstance(tensors, dict) and isinstance(tensors.get("digest"), str)
-            and isinstance(tensors.get("file"), str) and _TENSOR_FILE.fullmatch(tensors["file"])):
-        return "bad tensors field"
-    return ""

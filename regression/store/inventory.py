@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Mapping
 
-from regression.store.cache import ENTRY_FILE, Entry, EntryLock, lock_path, remove_folder, stranger, with_fix
+from regression.store.cache import Entry
+from regression.store.cachedir import ENTRY_FILE, EntryLock, lock_path, remove_folder, stranger, with_fix
 from regression.errors import CacheError, CacheWriteError, RegressionError
 from regression.revision import short
 

@@ -17,15 +17,14 @@ import torch
 
 from regression.store.cache import (
     ABSENT,
-    GITIGNORE,
     RECORDED,
     CaseRecord,
     Entry,
     Output,
     StoredHarness,
     case_id,
-    ensure_cache_root,
 )
+from regression.store.cachedir import GITIGNORE, ensure_cache_root
 from regression.compare import compare
 from regression.errors import CacheError, NoSpaceError, ReadOnlyError, StoreError
 from regression.store.files import dump_verified, load_verified, write_atomic
@@ -575,7 +574,7 @@ def test_a_gitignore_that_cannot_be_written_leaves_no_folder_behind(
     def full(path: Path, data: bytes) -> None:
         raise NoSpaceError(str(path), f"no space left on device: cannot write {path.name}")
 
-    monkeypatch.setattr("regression.store.cache.write_atomic", full)
+    monkeypatch.setattr("regression.store.cachedir.write_atomic", full)
     with pytest.raises(NoSpaceError, match="cannot create the cache .*no space left"):
         ensure_cache_root(tmp_path / "cache")
     assert not (tmp_path / "cache").exists()  # so the next run makes it, .gitignore and all
@@ -786,6 +785,7 @@ def test_a_case_planned_then_checked_reads_its_record_once(
         return real(path)
 
     monkeypatch.setattr("regression.store.cache.load_verified", counted)
+    monkeypatch.setattr("regression.store.record.load_verified", counted)
     entry.verify_identity()
     record = entry.load_case(NODEID)
     assert record is not None and record.outputs[0].name == "logits"
