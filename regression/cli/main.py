@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="the runner labels CI uses, comma-separated (default: ubuntu-latest,"
                            " or self-hosted,gpu with --device cuda)")
     options = parser.parse_args(argv)
-    from regression.cli.init import Options, init as write_files
+    from regression.cli.init import init as write_files
+    from regression.cli.workflow import Options
 
     chosen = Options(options.shards, options.python, options.device, options.runner)
     try:

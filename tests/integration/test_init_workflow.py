@@ -17,7 +17,7 @@ import pytest
 import yaml
 from helpers import Repo, init_repo, installable_pyproject, output
 
-from regression.cli.init import TORCH_INDEXES, TORCH_REGRESSION
+from regression.cli.workflow import TORCH_INDEXES, TORCH_REGRESSION
 from regression.cli.main import main
 
 WORKFLOW = ".github/workflows/regression.yml"
