@@ -1,93 +1,21 @@
-"""Resolve revisions and make temporary worktrees; the one place that runs git."""
+"""Resolve revisions to commits, and say why one names none; git itself runs in gitcmd."""
 
 from __future__ import annotations
 
-import os
 import re
-import secrets
-import shutil
-import subprocess
-import tempfile
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator, Mapping
 
-import xxhash
+from regression.errors import RevisionError
+from regression.gitcmd import (NO_HOOKS, Repository, describe, git_environment, git_process,
+                               is_shallow, open_repo, run_git, short)
+from regression.worktree import prune_stale_worktrees, reference_worktree
 
-from regression.errors import GitError, RevisionError
-from regression.store.scratch import pid_alive
+__all__ = ["NO_HOOKS", "Repository", "describe", "git_environment", "git_process", "is_shallow",
+           "open_repo", "prune_stale_worktrees", "reference_worktree", "resolve_revision",
+           "run_git", "short"]
+"""Running git and worktrees live in regression.gitcmd and regression.worktree; their public
+names are imported from here too."""
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-
-# GIT_* variables that only say how to reach remotes or run git, never which repository,
-# work tree or index to use; pre-commit keeps the same ones.
-_KEPT_GIT_VARIABLES = frozenset({
-    "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
-    "GIT_CONFIG_COUNT", "GIT_HTTP_PROXY_AUTHMETHOD", "GIT_ALLOW_PROTOCOL", "GIT_ASKPASS",
-    "GIT_TERMINAL_PROMPT",
-})
-
-
-def git_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` without GIT_DIR, GIT_INDEX_FILE and the like, which git hooks export."""
-    return {name: value for name, value in environ.items()
-            if not name.startswith("GIT_") or name in _KEPT_GIT_VARIABLES
-            or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
-
-
-@dataclass(frozen=True)
-class Repository:
-    """A git repository as git itself named it: plain data, so a job carries it to a child
-    process, which then starts no git to find it again."""
-
-    working_dir: str
-    """The top of the work tree."""
-    common_dir: str
-    """The .git folder shared by all of its worktrees."""
-
-
-NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
-"""Every git call runs none of the repository's hooks (`git worktree add` runs post-checkout)
-and starts no file-system monitor (a daemon that would watch a temporary worktree)."""
-
-
-def git_process(where: Repository | Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run git in `where` with GIT_* stripped and no hooks; the one place that starts git."""
-    folder = where.working_dir if isinstance(where, Repository) else where
-    try:
-        return subprocess.run(["git", *NO_HOOKS, "-C", str(folder), *args],
-                              env=git_environment(os.environ),
-                              capture_output=True, encoding="utf-8", errors="replace",
-                              check=False)
-    except FileNotFoundError:
-        raise RevisionError(args[0], "git is not installed or not on PATH; install git") from None
-
-
-def run_git(repo: Repository, *args: str) -> str:
-    """The output of a git command that must succeed; a failure is a GitError."""
-    done = git_process(repo, *args)
-    if done.returncode != 0:
-        raise GitError(" ".join(["git", *args]), str(repo.working_dir), done.stderr.strip())
-    return done.stdout.strip()
-
-
-def open_repo(path: Path) -> Repository:
-    """The git repository whose work tree holds `path`, in one git process. GitPython is
-    not imported: its import alone starts `git version` twice, outside this module."""
-    done = git_process(path, "rev-parse", "--show-toplevel", "--git-common-dir")
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or len(lines) != 2:
-        reason = done.stderr.strip().splitlines()[-1:] or ["git found no work tree"]
-        raise RevisionError(str(path), f"{path} is not inside a git work tree ({reason[0]}); "
-                                       "run from your project's clone")
-    top, common = lines
-    return Repository(top, str((Path(path) / common).resolve()))
-
-
-def is_shallow(repo: Repository) -> bool:
-    """Whether the clone is shallow (older commits are missing)."""
-    return run_git(repo, "rev-parse", "--is-shallow-repository") == "true"
 
 
 def _object_id(repo: Repository, expression: str) -> str:
@@ -257,162 +185,6 @@ def _not_found_message(repo: Repository, revision: str) -> str:
         "branch, commit SHA or expression like HEAD~1); "
         "for a tag or branch of a remote, run `git fetch --tags origin` first."
     )
-
-
-def short(sha: str) -> str:
-    """The 12-character abbreviation of a SHA used in messages."""
-    return sha[:12]
-
-
-def describe(revision: str, sha: str) -> str:
-    """How messages name a reference: '1a2b3c4d5e6f (v1.2)', or the short SHA alone."""
-    return short(sha) if revision == sha else f"{short(sha)} ({revision})"
-
-
-def _worktree_parent(repo: Repository) -> Path:
-    """Where this repository's reference worktrees live: one folder per clone."""
-    common = Path(repo.common_dir)
-    digest = xxhash.xxh64_hexdigest(str(common).encode())
-    return Path(tempfile.gettempdir()) / "torch-regression-worktrees" / digest
-
-
-def _remove_if_empty(*folders: Path) -> None:
-    """Remove each of `folders` that is empty, in order (a folder, then its parent); one
-    that holds anything (another run's worktree) is left as it is."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-
-
-def _remove_empty_parents(parent: Path) -> None:
-    """Remove the empty worktree folders of any clone: this version's runs remove their own,
-    earlier ones left one per clone (git makes them again when it needs them)."""
-    try:
-        empty = [f for f in parent.parent.iterdir() if re.fullmatch(r"[0-9a-f]{16}", f.name)]
-    except OSError:
-        return
-    for folder in empty:
-        _remove_if_empty(folder)
-    _remove_if_empty(parent.parent)
-
-
-def prune_stale_worktrees(repo: Repository) -> list[Path]:
-    """Remove worktrees left by killed runs of this tool; returns what was removed.
-
-    Cheap when there is nothing to remove (a folder listing, no git process), so warm runs
-    call it too: a run killed while recording is cleaned up by the next run of any kind.
-    """
-    parent = _worktree_parent(repo)
-    removed = []
-    if parent.is_dir():
-        for folder in parent.iterdir():
-            pid = folder.name.split("-", 1)[0]
-            if pid.isdigit() and not pid_alive(int(pid)):
-                shutil.rmtree(folder, ignore_errors=True)
-                removed.append(folder)
-    for folder in removed:
-        # A run killed inside `git worktree add` leaves its entry locked ("initializing"),
-        # and prune keeps locked entries: unlock it first ("not locked" is fine).
-        git_process(repo, "worktree", "unlock", str(folder))
-    if removed:
-        run_git(repo, "worktree", "prune")
-    _remove_empty_parents(parent)
-    return removed
-
-
-@contextmanager
-def reference_worktree(repo: Repository, sha: str) -> Iterator[Path]:
-    """A detached worktree of `sha` in a temporary folder, removed afterwards."""
-    prune_stale_worktrees(repo)
-    parent = _worktree_parent(repo)
-    parent.mkdir(parents=True, exist_ok=True)
-    folder = parent / f"{os.getpid()}-{secrets.token_hex(4)}"
-    done = git_process(repo, "worktree", "add", "--detach", "--quiet", str(folder), sha)
-    if done.returncode != 0:
-        shutil.rmtree(folder, ignore_errors=True)
-        _remove_if_empty(parent, parent.parent)
-        raise RevisionError(sha, _checkout_failure(repo, sha, done.stderr.strip()))
-    try:
-        yield folder
-    finally:
-        if git_process(repo, "worktree", "remove", "--force", str(folder)).returncode != 0:
-            shutil.rmtree(folder, ignore_errors=True)
-            run_git(repo, "worktree", "prune")
-        _remove_if_empty(parent, parent.parent)
-
-
-_LISTED = 5
-
-
-def _checkout_failure(repo: Repository, sha: str, stderr: str) -> str:
-    """Which files of `sha` the clone lacks and how to get them; git's own words otherwise."""
-    missing = _missing_files(repo, sha)
-    if not missing:
-        return f"could not check out {short(sha)} as a worktree: {stderr}"
-    listed = "; ".join(f"{path} (object {oid})" for path, oid in missing[:_LISTED])
-    more = f"; and {len(missing) - _LISTED} more" if len(missing) > _LISTED else ""
-    return (f"could not check out {short(sha)} as a worktree: this clone lacks "
-            f"{len(missing)} file(s) of that commit: {listed}{more}. "
-            f"{_how_to_fetch(repo, stderr)}")
-
-
-def _missing_objects(repo: Repository, sha: str) -> set[str]:
-    """The objects of `sha`'s tree that the clone lacks, found without fetching any."""
-    done = git_process(repo, "rev-list", "--objects", "--missing=print", f"{sha}^{{tree}}")
-    return {line[1:].strip() for line in done.stdout.splitlines() if line.startswith("?")}
-
-
-def _missing_files(repo: Repository, sha: str) -> list[tuple[str, str]]:
-    """(path in the tree, object id) of every missing object; a folder's path ends in '/'."""
-    missing = _missing_objects(repo, sha)
-    if not missing:
-        return []
-    # A listing that stops at a missing folder is still used as far as it goes.
-    listing = git_process(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", sha).stdout
-    found = []
-    for entry in listing.split("\0"):
-        info, _, path = entry.partition("\t")
-        fields = info.split()
-        if len(fields) == 3 and fields[2] in missing:
-            found.append((path + "/" if fields[1] == "tree" else path, fields[2]))
-    named = {oid for _, oid in found}
-    return found + [("(path unknown)", oid) for oid in sorted(missing - named)]
-
-
-def _promisor_remotes(repo: Repository) -> list[str]:
-    """The remotes a partial clone fetches missing objects from on demand."""
-    names = []
-    config = git_process(repo, "config", "--get-regexp", r"^remote\..*\.promisor$").stdout
-    for line in config.splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().lower() in ("true", "yes", "on", "1"):
-            names.append(key[len("remote."):-len(".promisor")])
-    extension = git_process(repo, "config", "--get", "extensions.partialClone").stdout.strip()
-    return names + ([extension] if extension and extension not in names else [])
-
-
-def _how_to_fetch(repo: Repository, stderr: str) -> str:
-    """How to get the missing objects: from the promisor remote, or fetched again."""
-    promisors = _promisor_remotes(repo)
-    if promisors:
-        name = promisors[0]
-        url = git_process(repo, "remote", "get-url", name).stdout.strip() or "no URL"
-        last = stderr.splitlines()[-1] if stderr else "git gave no message"
-        return (f"This is a partial clone: git fetches such files on demand from its promisor "
-                f"remote {name!r} ({url}), and that failed: {last}. Fix: make {name!r} "
-                "reachable (network, credentials) and run again; in GitHub Actions, drop "
-                "`filter:` from actions/checkout.")
-    remotes = git_process(repo, "remote").stdout.split()
-    if not remotes:
-        return ("Their objects are gone from .git (a damaged clone) and it has no remote to "
-                "fetch them from. Fix: restore the repository from a backup or clone it again; "
-                "`git fsck` lists everything that is missing.")
-    name = "origin" if "origin" in remotes else remotes[0]
-    return (f"Their objects are gone from .git (a damaged or incomplete clone). Fix: fetch "
-            f"them again with `git fetch --refetch {name}` (git 2.36 or later) or clone the "
-            "repository again; `git fsck` lists everything that is missing.")
 
 
 def _past_the_root(repo: Repository, revision: str) -> str:

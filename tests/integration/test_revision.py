@@ -9,8 +9,9 @@ import pytest
 from helpers import Repo, init_repo, output
 
 from regression.errors import RevisionError
-from regression.revision import _worktree_parent, open_repo, prune_stale_worktrees, \
+from regression.revision import open_repo, prune_stale_worktrees, \
     reference_worktree, resolve_revision
+from regression.worktree import _worktree_parent
 
 
 @pytest.fixture
