@@ -1,39 +1,38 @@
-"""Load and validate config.yaml into frozen settings; every default lives here."""
+"""Load and validate config.yaml into frozen settings; defaults live here and in configpaths."""
 
 from __future__ import annotations
 
-import difflib
-import keyword
 import os
-import re
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping
 
 import yaml
 
+from regression.configpaths import (CACHE_DIR_ENV, CONFIG_NAME, DEFAULT_CACHE_DIR,
+                                    NO_DEFAULT_CACHE_ENV, DefaultCacheInTests, cache_dir_problem,
+                                    chosen_cache_dir, default_cache_dir, find_config,
+                                    git_top_level)
+from regression.configreader import Reader
+from regression.configvalues import usable_cpus
 from regression.dependencies import normalized
 from regression.errors import ConfigError
-from regression.yamlfile import Lined, YamlProblem, parse
+from regression.yamlfile import YamlProblem, parse
 
-CONFIG_NAME = "config.yaml"
-CACHE_DIR_ENV = "REGRESSION_CACHE_DIR"
-NO_DEFAULT_CACHE_ENV = "REGRESSION_NO_DEFAULT_CACHE"
-"""Set by this project's test suite: a cache folder not chosen by $REGRESSION_CACHE_DIR then
-raises (as pre-commit's tests make its default store raise), so no test touches a real cache."""
+__all__ = ["CACHE_DIR_ENV", "CONFIG_NAME", "DEFAULT_CACHE_DIR", "DEFAULT_DURATIONS", "DEVICES",
+           "DEVICE_ENV", "MAX_CONFIG_BYTES", "MAX_REPEAT", "NO_DEFAULT_CACHE_ENV",
+           "DefaultCacheInTests", "Determinism", "Settings", "cache_dir_problem", "find_config",
+           "git_top_level", "load_settings", "usable_cpus"]
+"""Finding config.yaml and the cache folder live in regression.configpaths, each setting's
+checks in regression.configreader; their public names are imported from here too."""
+
 DEVICE_ENV = "REGRESSION_DEVICE"
 """Overrides config.yaml's `device` (the tasks' --device sets it for their processes)."""
-DEFAULT_CACHE_DIR = ".regression-cache"
 DEFAULT_DURATIONS = ".regression-durations.json"
 DEVICES = ("cpu", "cuda")
 MAX_REPEAT = 10
 MAX_CONFIG_BYTES = 1 << 20
 """A config is a few hundred bytes; a bigger file is not one (and is not read whole)."""
-
-T = TypeVar("T")
-DISTRIBUTION = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
-"""A distribution's name as pip and importlib.metadata take it (PEP 508)."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +83,8 @@ class Settings:
         """
         chosen = os.environ.get(CACHE_DIR_ENV)
         if chosen is None:
-            return _default_cache_dir(self.root / self.cache_dir_setting)
-        folder, problem = _chosen_cache_dir(self.root, chosen)
+            return default_cache_dir(self.root / self.cache_dir_setting)
+        folder, problem = chosen_cache_dir(self.root, chosen)
         if problem:
             raise ConfigError(f"${CACHE_DIR_ENV}", f"{chosen!r} {problem}; unset it or name a "
                                                    f"folder of its own, e.g. {DEFAULT_CACHE_DIR}")
@@ -101,89 +100,6 @@ class Settings:
         if reference is None:
             return self.reference
         return self.references.get(reference, reference)
-
-
-class DefaultCacheInTests(AssertionError):
-    """A test reached the cache folder of config.yaml (or the default one). Not a
-    RegressionError: nothing turns it into a message for users, so the test fails loudly."""
-
-
-def _default_cache_dir(folder: Path) -> Path:
-    """config.yaml's cache folder, resolved; under the test suite's guard, an error."""
-    if os.environ.get(NO_DEFAULT_CACHE_ENV):
-        raise DefaultCacheInTests(
-            f"the cache folder {folder} was about to be used, but ${NO_DEFAULT_CACHE_ENV} is "
-            f"set (the test suite sets it): point ${CACHE_DIR_ENV} at a temporary folder")
-    return folder.resolve()
-
-
-def _chosen_cache_dir(root: Path, chosen: str) -> tuple[Path, str]:
-    """$REGRESSION_CACHE_DIR resolved, and why it may not hold the cache ("" if it may):
-    empty (an unset variable in CI), a link that loops or leads nowhere, or as below."""
-    given = root / chosen
-    if not chosen.strip():
-        return given, "is empty (an unset variable in CI?)"
-    try:
-        folder = given.resolve()
-    except (OSError, RuntimeError):  # a loop of links
-        return given, "is a link that leads to itself"
-    if given.is_symlink() and not folder.exists():
-        return folder, f"is a link to {folder}, which does not exist"
-    return folder, cache_dir_problem(folder, root)
-
-
-def cache_dir_problem(folder: Path, root: Path) -> str:
-    """Why `folder` (resolved) may not hold the cache of the project at `root`; "" if it may.
-
-    Cleaning the cache removes folders in it, and making it writes a .gitignore: pointed at
-    the project, a folder above it, the home folder or a repository, that would hit the user's
-    own files. One check for config.yaml's `cache_dir` and for $REGRESSION_CACHE_DIR.
-    """
-    root = root.resolve()
-    if folder.exists() and not folder.is_dir():
-        return "is a file, not a folder"
-    if folder in (root, *root.parents):
-        return "is the project folder or a folder above it, where the cache would clean up"
-    home = _home()
-    if home is not None and folder in (home, *home.parents):
-        return "is the home folder or a folder above it, where the cache would clean up"
-    if (folder / ".git").exists():
-        return "holds a git repository, where the cache would clean up"
-    return ""
-
-
-def _home() -> Path | None:
-    try:
-        return Path.home().resolve()
-    except (RuntimeError, KeyError, OSError):  # no $HOME and no password entry
-        return None
-
-
-def find_config(start: Path) -> Path:
-    """config.yaml in `start` (pytest's rootdir, or the current folder), else at the top of
-    the git repository that holds it; never in a folder above the repository."""
-    start = start.resolve()
-    top = git_top_level(start)
-    for folder in dict.fromkeys((start, top or start)):
-        candidate = folder / CONFIG_NAME
-        if candidate.is_file():
-            return candidate
-    where = f"in {start} or at the top of its git repository ({top})" if top and top != start \
-        else f"in {start}"
-    raise ConfigError(
-        str(start / CONFIG_NAME),
-        f"no config.yaml {where}; create one (see the README's Configuration section), "
-        "or run from the folder that holds it",
-    )
-
-
-def git_top_level(start: Path) -> Path | None:
-    """The nearest folder at or above `start` that holds `.git` (a folder, or a file in a
-    worktree); None outside a repository. No git process: this runs at every pytest start."""
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    return None
 
 
 def load_settings(path: Path) -> Settings:
@@ -249,7 +165,7 @@ def _yaml_error_message(exc: yaml.YAMLError) -> str:
 
 
 def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
-    reader = _Reader(str(path), raw, "")
+    reader = Reader(str(path), raw, "")
     subject = reader.section("subject", required=True)
     determinism = reader.section("determinism")
     fingerprint = reader.section("fingerprint")
@@ -283,317 +199,10 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
     return settings
 
 
-def _require_apart(fingerprint: _Reader, added: tuple[str, ...],
+def _require_apart(fingerprint: Reader, added: tuple[str, ...],
                    excluded: tuple[str, ...]) -> None:
     """A package is either added to the key or left out of it, not both."""
     both = sorted({normalized(n) for n in added} & {normalized(n) for n in excluded})
     if both:
-        raise fingerprint._error("exclude_packages", f"{both[0]!r} is also in "
+        raise fingerprint.error("exclude_packages", f"{both[0]!r} is also in "
                                  "fingerprint.packages. Fix: list it in one of the two")
-
-
-SETTING_NAMES = frozenset({
-    "reference", "references", "subject", "packages", "path", "tests", "harness",
-    "determinism", "seed", "threads", "deterministic_algorithms", "repeat", "device",
-    "fingerprint", "exclude_packages",
-    "cache_dir", "shards", "durations", "pins", "storage", "digest_above"})
-"""Every setting's name, in any section: a set one is never taken for a misspelling."""
-
-
-class _Reader:
-    """Typed access to one mapping of config.yaml; remembers which keys were read."""
-
-    def __init__(self, path: str, data: dict[str, Any], prefix: str,
-                 line: int | None = None) -> None:
-        self.path = path
-        self.data = data
-        self.prefix = prefix
-        self.line = line
-        """The line of this section's own key: where a missing setting belongs."""
-        self.known: set[str] = set()
-
-    def _line(self, key: Any) -> int | None:
-        return self.data.line_of(key) if isinstance(self.data, Lined) else None
-
-    def _error(self, key: str, message: str) -> ConfigError:
-        return ConfigError(self.path, message, key=self.prefix + key,
-                           line=self._line(key) or self.line)
-
-    def _get(self, key: str, required: bool) -> Any:
-        self.known.add(key)
-        if key not in self.data or self.data[key] is None:
-            if required:
-                typo = _closest(key, [k for k in self.data
-                                      if isinstance(k, str) and k not in SETTING_NAMES])
-                hint = f" ({typo!r} is set: did you mean {key!r}?)" if typo else ""
-                raise self._error(key, f"missing; this setting is required{hint}")
-            return None
-        return self.data[key]
-
-    def _typed(self, key: str, kind: type[T], label: str, required: bool = False) -> T | None:
-        value = self._get(key, required)
-        if value is None:
-            return None
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self._error(key, f"must be {label}, got {type(value).__name__} "
-                                   f"{_shown(value)}{_quoting_hint(value, kind)}")
-        return value
-
-    def section(self, key: str, required: bool = False) -> _Reader:
-        value = self._typed(key, dict, "a mapping", required)
-        return _Reader(self.path, value or {}, f"{self.prefix}{key}.", self._line(key))
-
-    def revision(self, key: str, required: bool = False) -> str:
-        value = self._get(key, required)
-        if value is None:
-            return ""
-        if not isinstance(value, str) or not value.strip():
-            raise self._error(
-                key,
-                f"must be a revision as a string, got {value!r}; quote it, "
-                "e.g. reference: \"1234e5f\" (YAML reads some SHAs as numbers)",
-            )
-        return value.strip()
-
-    def mapping_of_revisions(self, key: str) -> dict[str, str]:
-        value = self._typed(key, dict, "a mapping of name: revision") or {}
-        for name in value:
-            if not isinstance(name, str):
-                raise self._error(key, f"the name {name!r} must be a string; quote it")
-        inner = _Reader(self.path, value, f"{self.prefix}{key}.", self._line(key))
-        return {str(name): inner.revision(str(name), required=True) for name in value}
-
-    def names(self, key: str, required: bool, subject: bool = False) -> tuple[str, ...]:
-        value = self._get(key, required)
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not value and required:
-            raise self._error(key, "must be a non-empty list of names")
-        for item in value:
-            problem = _name_problem(item) or (_subject_problem(item) if subject else "")
-            if problem:
-                raise self._error(key, problem)
-            if value.count(item) > 1:
-                raise self._error(key, f"{item!r} is listed twice. Fix: list it once")
-        return tuple(value)
-
-    def distributions(self, key: str) -> tuple[str, ...]:
-        """Names of installed distributions, as pip names them (einops, huggingface-hub)."""
-        value = self._get(key, False)
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            raise self._error(key, f"must be a list of names of installed packages, got "
-                                   f"{_shown(dict(value) if isinstance(value, dict) else value)}"
-                                   f", e.g. {self.prefix}{key}: [numpy, einops]")
-        for item in value:
-            if not isinstance(item, str) or not DISTRIBUTION.fullmatch(item):
-                raise self._error(key, f"{_shown(item)} is not a package name as pip writes "
-                                       "it: letters, digits, '.', '_' and '-', e.g. einops or "
-                                       "huggingface-hub")
-            if value.count(item) > 1:
-                raise self._error(key, f"{item!r} is listed twice. Fix: list it once")
-        return tuple(value)
-
-    def relative_path(self, key: str, default: str) -> str:
-        value = self._typed(key, str, "a path relative to the config file's folder")
-        return default if value is None else self.relative_paths(key, (value,))[0]
-
-    def relative_paths(self, key: str, default: tuple[str, ...],
-                       non_empty: bool = False) -> tuple[str, ...]:
-        value = self._get(key, False)
-        if value is None:
-            return default
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self._error(key, "must be a list of paths relative to the config file")
-        if not value and non_empty:
-            raise self._error(key, "must name at least one folder or file")
-        for item in value:
-            if Path(item).is_absolute() or ".." in Path(item).parts:
-                raise self._error(key, f"{item!r} must be relative and stay inside the project")
-        return tuple(value)
-
-    def pins(self, key: str) -> dict[str, int]:
-        value = self._typed(key, dict, "a mapping of test id pattern: shard number") or {}
-        for pattern, shard in value.items():
-            if not isinstance(pattern, str) or isinstance(shard, bool) \
-                    or not isinstance(shard, int) or shard < 1:
-                raise self._error(key, f"{pattern!r}: {shard!r} must map a test id pattern "
-                                       "(fnmatch, e.g. 'tests/test_zoo.py::*vit*') to a shard "
-                                       "number from 1")
-        return dict(value)
-
-    def cache_dir(self, key: str, root: Path) -> str:
-        value = self._typed(key, str, "a folder path")
-        if value is None:
-            return DEFAULT_CACHE_DIR
-        problem = cache_dir_problem((root / value).resolve(), root)
-        if problem:
-            raise self._error(key, f"{value!r} {problem}; name a folder of its own, "
-                                   f"e.g. {DEFAULT_CACHE_DIR}")
-        return value
-
-    def string(self, key: str, default: str) -> str:
-        value = self._typed(key, str, "a string")
-        return default if value is None else value
-
-    def threads(self, key: str) -> int:
-        """The thread count: from 1 to the CPUs this process may use, for the reason given."""
-        value = self.integer(key, 1, minimum=1)
-        cpus = usable_cpus()
-        if value > cpus:
-            raise self._error(key, f"must be from 1 to {cpus}, the CPUs this process may use "
-                                   f"here, got {value}: threads beyond the CPUs cannot run at "
-                                   "once, they only slow torch down, and thousands of them "
-                                   f"crash it. Fix: set {self.prefix}{key} to {cpus} or fewer "
-                                   "(1, the default, works on every machine)")
-        return value
-
-    def integer(self, key: str, default: int, minimum: int, maximum: int = 2**31 - 1) -> int:
-        value = self._typed(key, int, "an integer")
-        if value is None:
-            return default
-        if not minimum <= value <= maximum:
-            raise self._error(key, f"must be from {minimum} to {maximum}, got {value}")
-        return value
-
-    def size(self, key: str) -> int | None:
-        """A number of bytes: an integer, or a number with a unit (16 MB, 1.5 GiB)."""
-        value = self._get(key, False)
-        if value is None:
-            return None
-        bytes_ = _size(value)
-        if bytes_ is None:
-            raise self._error(key, f"must be a size, such as 16 MB, 512 KiB or 1 GB (or a "
-                                   f"number of bytes), got {_shown(value)}")
-        return bytes_
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self._typed(key, bool, "true or false")
-        return default if value is None else value
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value = self._typed(key, str, "a string")
-        if value is None:
-            return default
-        if value not in choices:
-            raise self._error(key, f"must be one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    def reject_unknown(self) -> None:
-        unknown = sorted((k for k in self.data if k not in self.known), key=str)
-        if unknown:
-            meant = _closest(str(unknown[0]), sorted(self.known))
-            hint = f"did you mean {meant!r}? " if meant else ""
-            raise ConfigError(self.path, f"unknown setting; {hint}known here: "
-                                         f"{', '.join(sorted(self.known))}",
-                              key=self.prefix + str(unknown[0]),
-                              line=self._line(unknown[0]) or self.line)
-
-
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?i?b)?", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
-def _size(value: object) -> int | None:
-    """Bytes from an integer or a string like "16 MB"; None when it is neither (or < 0)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if value >= 0 else None
-    found = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
-    unit = (found.group(2) or "b").lower() if found else ""
-    if found is None or unit not in _UNITS:
-        return None
-    return int(float(found.group(1)) * _UNITS[unit])
-
-
-def _closest(name: str, candidates: list[str]) -> str:
-    """The candidate `name` is most likely a misspelling of, or ""."""
-    matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
-    return matches[0] if matches else ""
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, as a container or taskset sets it)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _shown(value: Any) -> str:
-    """`value` for a message, cut short: a bad value can be large."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _quoting_hint(value: Any, kind: type) -> str:
-    """What to change when YAML's quoting made a value the wrong type, or ""."""
-    if isinstance(value, str) and kind in (int, bool) and _unquoted_is(value, kind):
-        return f"; write it without quotes: {value}"
-    if kind is str and isinstance(value, bool):
-        return "; YAML reads yes, no, on, off, true and false as booleans: quote it"
-    if kind is str and isinstance(value, (int, float)):
-        return "; YAML reads it as a number: quote it"
-    return ""
-
-
-def _unquoted_is(text: str, kind: type) -> bool:
-    """Whether YAML reads `text`, written without quotes, as a value of `kind`."""
-    if len(text) > 20 or not text.strip():
-        return False
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return False
-    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-
-
-TOOL_IMPORTS = {
-    "regression": "it is torch-regression itself",
-    **dict.fromkeys(("torch", "torchgen", "numpy", "typing_extensions"),
-                    "torch-regression imports it with torch"),
-    **dict.fromkeys(("pytest", "_pytest", "pluggy", "iniconfig", "py", "pygments", "xdist",
-                     "execnet"), "torch-regression runs in pytest, which imports it"),
-    **dict.fromkeys(("invoke", "xxhash", "yaml", "_yaml", "safetensors", "filelock"),
-                    "torch-regression itself imports it"),
-}
-"""Top-level packages imported before the tests run: the redirect cannot take them over."""
-
-
-def _name_problem(item: object) -> str:
-    """Why `item` is not the name of a top-level package, or ""."""
-    if not isinstance(item, str):
-        return (f"{_shown(item)} is a {type(item).__name__}, not a package name. Fix: write "
-                "the name of a package, quoted if YAML would read it otherwise")
-    if not item.strip():
-        return f"{item!r} is an empty name. Fix: remove it, or write the package's name"
-    if "." in item:
-        return (f"{item!r} is not a top-level package name (the import redirect works on "
-                "whole top-level packages: write `pkg`, not `pkg.sub`)")
-    if not item.isidentifier():
-        return (f"{item!r} is not a package name Python can import: letters, digits and _, "
-                "not starting with a digit (a distribution like 'my-model' is imported as "
-                "'my_model')")
-    if keyword.iskeyword(item):
-        return f"{item!r} is a Python keyword: no package can have that name"
-    return ""
-
-
-def _subject_problem(name: str) -> str:
-    """Why `name` cannot be a subject package (imported before the redirect), or ""."""
-    why = TOOL_IMPORTS.get(name)
-    if why is None and name in sys.stdlib_module_names:
-        why = "it is a module of Python's standard library"
-    if why is None:
-        return ""
-    return (f"{name!r} cannot be a subject package: {why}, so it is loaded before the import "
-            "redirect exists and a recording would use the installed copy, not the "
-            "reference's. Fix: list your own packages, the ones this repository holds (e.g. "
-            "packages: [mymodel])")

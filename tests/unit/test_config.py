@@ -16,7 +16,7 @@ from regression.config import (
     find_config,
     load_settings,
 )
-from regression import config
+from regression import configreader
 from regression.errors import ConfigError
 
 FULL = """\
@@ -50,7 +50,7 @@ subject:
 @pytest.fixture(autouse=True)
 def eight_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """FULL sets 4 threads, within the CPUs of any machine these tests run on."""
-    monkeypatch.setattr(config, "usable_cpus", lambda: 8)
+    monkeypatch.setattr(configreader, "usable_cpus", lambda: 8)
 
 
 def write(folder: Path, text: str) -> Path:
