@@ -1,29 +1,30 @@
-"""The invoke tasks: thin over the runner; library errors become Exit here and only here."""
+"""The invoke tasks: gen, test, key, shards and compare, and the collection `ns` of them all
+(cache.* in cache_tasks.py, bisect and explain in diagnose_tasks.py)."""
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Callable, TypeVar
 
 from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from regression.config import DEVICE_ENV, DEVICES, MAX_REPEAT, Settings, find_config, load_settings
+from regression.cli.cache_tasks import cache
+from regression.cli.common import DEVICE_HELP, REFERENCE_HELP, current_settings, help_if_asked, \
+    report_path, require_filled, translated
+from regression.cli.diagnose_tasks import bisect, explain
+from regression.config import MAX_REPEAT, Settings
 from regression import github
-from regression.store import inventory
 from regression.errors import RegressionError
 from regression.durations import read_durations
 from regression.fingerprint import device_details, package_lines
 from regression.harness import extra_harness_files, harness_files
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from regression.report import CHANGED, generation_lines
-from regression.store.scratch import scratch_folder
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
     run_check
@@ -32,47 +33,8 @@ from regression.run.types import CheckResult, Reference, Suite, resolve
 from regression.shard import MAX_SHARDS, ShardSpec, assign, parse_shard
 from regression.shard import table as shard_table
 
-T = TypeVar("T")
 PYTEST_INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED: collection errors, Ctrl-C
 PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: also its "not found" for a node id
-REFERENCE_HELP = "revision (tag, branch, SHA, HEAD~n) or a name from config.yaml's references"
-
-
-def _settings() -> Settings:
-    return load_settings(find_config(Path.cwd()))
-
-
-def _translate(work: Callable[[], T], device: str | None = None) -> T:
-    try:
-        _choose_device(device)
-        return work()
-    except RegressionError as exc:
-        raise Exit(f"torch-regression: {exc}", code=getattr(exc, "exit_code", 2)) from None
-
-
-HELP_TOKENS = ("--help", "-h")
-
-
-def _help_if_asked(name: str, *positionals: str) -> bool:
-    """`invoke explain --help`: invoke hands --help to a task's positional argument; show the help."""
-    if not any(value in HELP_TOKENS for value in positionals):
-        return False
-    from invoke.program import Program
-
-    Program(namespace=ns, name="invoke", binary="invoke").run(["invoke", "--help", name], exit=False)
-    return True
-
-
-def _choose_device(device: str | None) -> None:
-    """--device: config.yaml's `device` overridden for this run and every process it starts."""
-    if device is None:
-        return
-    if device not in DEVICES:
-        raise RegressionError(f"--device {device!r}: give one of {', '.join(DEVICES)}")
-    os.environ[DEVICE_ENV] = device
-
-
-DEVICE_HELP = "cpu or cuda: where the cases run, instead of config.yaml's device (in the key)"
 
 
 SHARD_HELP = "only shard i of n (1-based), e.g. 2/4; every case is in exactly one shard"
@@ -97,18 +59,6 @@ def _number(flag: str, text: str | None, high: int, what: str) -> int | None:
     return int(text)
 
 
-def _filled(*flags: tuple[str, str | list[str] | None], required: str = "") -> None:
-    """Refuse a flag given as '': in CI that is an unset variable, which would otherwise
-    quietly mean "left out" (every case, the default reference). `required`: the flag that
-    cannot be left out."""
-    for flag, value in flags:
-        values = value if isinstance(value, list) else [value]
-        if any(v is not None and not v.strip() for v in values):
-            instead = "" if flag == required else f", or leave {flag} out"
-            raise RegressionError(f"{flag} '' is empty (an unset variable in CI?): give a "
-                                  f"value{instead}")
-
-
 def _shard(text: str | None) -> ShardSpec | None:
     """The --shard flag, checked; None when it was left out (an empty one is refused)."""
     return None if text is None else parse_shard(text)
@@ -116,17 +66,17 @@ def _shard(text: str | None) -> ShardSpec | None:
 
 def _suite(reference: str | None, shard_spec: str | None) -> Suite:
     spec = _shard(shard_spec)
-    return collect(resolve(_settings(), reference)).in_shard(spec)
+    return collect(resolve(current_settings(), reference)).in_shard(spec)
 
 
 def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: str | None,
          chosen: tuple[str | None, list[str] | None], repeat_text: str | None) -> None:
-    _filled(("--reference", reference), ("-k", chosen[0]), ("--case", chosen[1]))
+    require_filled(("--reference", reference), ("-k", chosen[0]), ("--case", chosen[1]))
     spec = _shard(shard_spec)
     count = _workers(workers)
     repeat = _number("--repeat", repeat_text, MAX_REPEAT,
                      "the number of recordings of each case (2 finds nondeterministic ones)")
-    resolved = resolve(_settings(), reference)
+    resolved = resolve(current_settings(), reference)
     picked = selection(*chosen, resolved.settings.root, shard_spec)
     repeat = repeat or resolved.settings.determinism.repeat
     job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
@@ -159,7 +109,7 @@ def gen(c: Context, reference: str | None = None, shard: str | None = None,
         case: list[str] | None = None, repeat: str | None = None,
         device: str | None = None) -> None:
     """Generate the reference outputs, or reuse them when the cache holds valid ones."""
-    _translate(lambda: _gen(reference, shard, force, workers, (k, case), repeat), device)
+    translated(lambda: _gen(reference, shard, force, workers, (k, case), repeat), device)
 
 
 def _workers(text: str | None) -> int:
@@ -193,7 +143,7 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
     if strict:
         args.append("--regression-strict")
     if junitxml is not None:
-        args.append(f"--junitxml={_report_path('--junitxml', junitxml, 'regression.xml')}")
+        args.append(f"--junitxml={report_path('--junitxml', junitxml, 'regression.xml')}")
     if store_durations:
         args.append(f"--regression-durations={resolved.settings.durations_file}")
     job = check_job(resolved, shard=spec, subject_root=subject_root,
@@ -234,23 +184,6 @@ def _require_known_cases(resolved: Reference, picked: Selection, code: int) -> N
             raise error
 
 
-def _report_path(flag: str, text: str, example: str) -> Path:
-    """Where --junitxml or --html writes, checked before the run, whose end is too late to
-    say it: a file, in a folder that exists or that can be made."""
-    path = Path(text).resolve()
-    if path.is_dir():
-        raise RegressionError(f"{flag} {text}: that is a folder; name a file in it, e.g. "
-                              f"{flag} {Path(text) / example}")
-    folder = path.parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        why = "is not a folder" if not folder.is_dir() else "cannot be written"
-        raise RegressionError(f"{flag} {text}: {folder} {why}, so the report cannot be "
-                              "written there; name a file in a folder you can write")
-    return path
-
-
 def _exit_with(code: int) -> None:
     if code:
         raise Exit(code=code)
@@ -277,24 +210,24 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
          full_values: bool = False) -> None:
     """Generate what is missing, then check the working tree against the reference."""
     def work() -> int:
-        _filled(("--reference", reference), ("--junitxml", junitxml), ("-k", k),
+        require_filled(("--reference", reference), ("--junitxml", junitxml), ("-k", k),
                 ("--case", case))
         spec, count = _shard(shard), _workers(workers)
-        resolved = resolve(_settings(), reference)
+        resolved = resolve(current_settings(), reference)
         picked = selection(k, case, resolved.settings.root, shard)
         code = _check(resolved, spec, no_gen, strict, junitxml, store_durations,
                       workers=count, picked=picked, full_values=full_values)
         _require_known_cases(resolved, picked, code)
         return code
-    _exit_with(_translate(work, device))
+    _exit_with(translated(work, device))
 
 
 def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
              junitxml: str | None) -> int:
-    _filled(("--candidate", candidate), ("--reference", reference), ("--junitxml", junitxml),
+    require_filled(("--candidate", candidate), ("--reference", reference), ("--junitxml", junitxml),
             required="--candidate")
     spec = _shard(shard_spec)
-    resolved = resolve(_settings(), reference)
+    resolved = resolve(current_settings(), reference)
     with candidate_checkout(resolved, candidate) as subject_root:
         print(f"comparing {candidate} (candidate) with {resolved.label} (reference)")
         return _check(resolved, spec, False, strict, junitxml, False, subject_root)
@@ -312,14 +245,14 @@ def compare(c: Context, candidate: str, reference: str | None = None, shard: str
             strict: bool = False, junitxml: str | None = None, device: str | None = None
             ) -> None:
     """Check one revision against another, both checked out as worktrees."""
-    if not _help_if_asked("compare", candidate):
-        _exit_with(_translate(lambda: _compare(reference, candidate, shard, strict, junitxml),
+    if not help_if_asked("compare", candidate):
+        _exit_with(translated(lambda: _compare(reference, candidate, shard, strict, junitxml),
                               device))
 
 
 def _key(reference: str | None, shard_spec: str | None, explain: bool,
          github_output: bool) -> None:
-    _filled(("--reference", reference))
+    require_filled(("--reference", reference))
     if github_output:
         _append_github_output("key", None)  # checked before the collection, not after
     suite = _suite(reference, shard_spec)
@@ -373,12 +306,12 @@ def _append_github_output(name: str, value: str | None) -> None:
 def key(c: Context, reference: str | None = None, shard: str | None = None,
         explain: bool = False, github_output: bool = False, device: str | None = None) -> None:
     """Print the cache key (one line) that CI's actions/cache uses."""
-    _translate(lambda: _key(reference, shard, explain, github_output), device)
+    translated(lambda: _key(reference, shard, explain, github_output), device)
 
 
 def _shards(count_text: str | None, list_cases: bool) -> None:
     count = _number("--count", count_text, MAX_SHARDS, "the number of shards") or 4
-    settings = _settings()
+    settings = current_settings()
     suite = collect(resolve(settings, None))
     durations = read_durations(settings.durations_file)
     known = sum(1 for case in suite.cases if case in durations)
@@ -414,166 +347,7 @@ def _shard_table_lines(cases: list[str], count: int, durations: dict[str, float]
             "list": "also list the cases of each shard"})
 def shards(c: Context, count: str | None = None, list_: bool = False) -> None:
     """Print how the cases split into shards: shard, cases, estimated seconds."""
-    _translate(lambda: _shards(count, list_))
+    translated(lambda: _shards(count, list_))
 
 
-def _cache_dir() -> Path:
-    return _settings().cache_dir
-
-
-def _configured_references(settings: Settings) -> dict[str, str]:
-    """config.yaml's reference and named references by commit, to mark their entries; one
-    that does not resolve here (a shallow clone, no repository) is left out."""
-    from regression.revision import open_repo, resolve_revision
-
-    named = [(f"config.yaml's reference {settings.reference}", settings.reference),
-             *((f"config.yaml's references.{name}: {revision}", revision)
-               for name, revision in settings.references.items())]
-    try:
-        repo = open_repo(settings.root)
-    except RegressionError:
-        return {}
-    found: dict[str, str] = {}
-    for label, revision in named:
-        try:
-            found.setdefault(resolve_revision(repo, revision), label)
-        except RegressionError:
-            continue
-    return found
-
-
-@task(name="list")
-def list_(c: Context) -> None:
-    """List the cache entries; * marks config.yaml's reference."""
-    def work() -> list[str]:
-        settings = _settings()
-        return inventory.list_lines(settings.cache_dir, _configured_references(settings))
-    for line in _translate(work):
-        print(line)
-
-
-@task
-def verify(c: Context) -> None:
-    """Check every stored file against its hash; exit 1 on any fault."""
-    cache_dir = _translate(_cache_dir)
-    faults = inventory.verify(cache_dir)
-    for fault in faults:
-        print(f"FAULT {fault}")
-    if faults:
-        raise Exit(f"{len(faults)} faults in {cache_dir}; `invoke gen` re-records what it "
-                   "needs, `invoke cache.clear` empties the cache", code=1)
-    print(f"{len(inventory.entries(cache_dir))} entries in {cache_dir}: no faults")
-
-
-@task(help={
-    "max-size": "remove least recently used entries until the cache is at most this big "
-                "(e.g. 500M, 2G)",
-    "older-than": "remove entries not used for this long (e.g. 30d, 12h)",
-})
-def prune(c: Context, max_size: str | None = None, older_than: str | None = None) -> None:
-    """Remove old or least recently used entries, those bisect made first."""
-    def work() -> list[inventory.EntryInfo]:
-        if max_size is None and older_than is None:
-            raise RegressionError("say what to prune: --max-size SIZE and/or --older-than AGE")
-        settings = _settings()
-        return inventory.prune(settings.cache_dir,
-                               None if max_size is None else inventory.parse_size(max_size),
-                               None if older_than is None else inventory.parse_age(older_than),
-                               configured=_configured_references(settings))
-    for line in inventory.removed_lines(_translate(work)):
-        print(line)
-    _report_foreign()
-
-
-@task
-def clear(c: Context) -> None:
-    """Remove every cache entry; what is not provably one is left alone and listed."""
-    for line in inventory.removed_lines(_translate(lambda: inventory.clear(_cache_dir()))):
-        print(line)
-    _report_foreign()
-
-
-def _report_foreign() -> None:
-    for info in inventory.foreign(_translate(_cache_dir)):
-        print(f"left alone, not provably a cache entry: {info.directory}: {info.fault}")
-
-
-def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
-    _filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
-    from regression.diagnose.bisect import bisect as find_first, scan
-    from regression.diagnose.bisect_report import bisection_lines, scan_lines
-    from regression.revision import resolve_revision, run_git
-
-    settings = _settings()
-    at_good = resolve(settings, good)
-    bad_sha = resolve_revision(at_good.repo, settings.revision_for(bad))
-    search, lines = (scan, scan_lines) if scan_all else (find_first, bisection_lines)
-    result = search(collect(at_good), at_good.sha, bad_sha, list(cases or ()), print)
-
-    @functools.cache
-    def subject_line(sha: str) -> str:
-        return run_git(at_good.repo, "log", "-1", "--format=%s", sha)
-
-    for line in lines(result, subject_line):
-        print(line)
-
-
-@task(help={
-    "good": "a revision whose outputs are the ones wanted (tag, branch, SHA, HEAD~n)",
-    "bad": "a later revision whose outputs differ (default: HEAD)",
-    "case": "judge only this case (a node id); repeat for more. Default: every case whose "
-            "outputs differ between good and bad",
-    "scan": "record every commit instead, and list each one that changes outputs from the "
-            "commit before it (finds changes reverted later in the range)",
-    "device": DEVICE_HELP,
-}, iterable=["case"])
-def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = None,
-           scan: bool = False, device: str | None = None) -> None:
-    """Find the first commit after --good that changed each differing case.
-
-    For each case whose outputs differ between good and bad: the first commit after good
-    whose outputs of it differ from good's (with --scan: every commit that changed them)."""
-    if not _help_if_asked("bisect", good, bad):
-        _translate(lambda: _bisect(good, bad, case, scan), device)
-
-
-def _explain(case: str, reference: str | None, html: str | None) -> None:
-    _filled(("--case", case), ("--reference", reference), ("--html", html), required="--case")
-    from regression.diagnose.explain import explain as compare_traces
-    from regression.diagnose.explain_report import explanation_lines
-    from regression.diagnose.tracing import pick_case, traced, write_page
-
-    page = None if html is None else _report_path("--html", html, "explain.html")
-    resolved = resolve(_settings(), reference)
-    nodeid = pick_case(resolved, case)
-    with scratch_folder("trace") as folder:
-        at_reference, here = traced(resolved, nodeid, folder, print)
-        found = compare_traces(at_reference, here)
-        lines = explanation_lines(found, nodeid, resolved.label)
-        for line in lines:
-            print(line)
-        if page is not None:
-            write_page(page, nodeid, resolved.label, (at_reference, here), found, lines)
-            print(f"wrote {page}: open it in a browser")
-
-
-@task(auto_shortflags=False, help={
-    "case": "the case: a node id as pytest prints it, or a -k expression that matches one "
-            "case, e.g. 'test_forward and vit-tiny'",
-    "reference": REFERENCE_HELP,
-    "device": DEVICE_HELP,
-    "html": "also write the calls, a plot of their differences and the report as one "
-            "self-contained HTML page to this file",
-})
-def explain(c: Context, case: str, reference: str | None = None, device: str | None = None,
-            html: str | None = None) -> None:
-    """Name the first layer whose outputs differ from the reference's.
-
-    The first module call whose inputs are the same at both and whose outputs differ: the
-    case runs at the reference and here with every module call traced."""
-    if not _help_if_asked("explain", case):
-        _translate(lambda: _explain(case, reference, html), device)
-
-
-cache = Collection("cache", list_, verify, prune, clear)
 ns = Collection(gen, test, key, shards, compare, bisect, explain, cache)

@@ -63,12 +63,6 @@ def test_gitpython_is_imported_nowhere_git_runs_through_revision() -> None:
         assert "git" not in imports and not any(i.startswith("git.") for i in imports), name
 
 
-NOT_YET_SPLIT = {"regression.cli.tasks"}
-"""Modules still over 400 lines (issue 19): their case fails until they are split."""
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not split yet"))
-    if n in NOT_YET_SPLIT else n for n in MODULES])
+@pytest.mark.parametrize("name", list(MODULES))
 def test_no_module_is_over_400_lines(name: str) -> None:
     assert len(MODULES[name].read_text(encoding="utf-8").splitlines()) <= 400

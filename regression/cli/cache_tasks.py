@@ -1,0 +1,98 @@
+"""The cache.* tasks: list, verify, prune and clear the cache folder's entries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.collection import Collection
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from regression.cli.common import current_settings, translated
+from regression.config import Settings
+from regression.errors import RegressionError
+from regression.store import inventory
+
+def _cache_dir() -> Path:
+    return current_settings().cache_dir
+
+
+def _configured_references(settings: Settings) -> dict[str, str]:
+    """config.yaml's reference and named references by commit, to mark their entries; one
+    that does not resolve here (a shallow clone, no repository) is left out."""
+    from regression.revision import open_repo, resolve_revision
+
+    named = [(f"config.yaml's reference {settings.reference}", settings.reference),
+             *((f"config.yaml's references.{name}: {revision}", revision)
+               for name, revision in settings.references.items())]
+    try:
+        repo = open_repo(settings.root)
+    except RegressionError:
+        return {}
+    found: dict[str, str] = {}
+    for label, revision in named:
+        try:
+            found.setdefault(resolve_revision(repo, revision), label)
+        except RegressionError:
+            continue
+    return found
+
+
+@task(name="list")
+def list_(c: Context) -> None:
+    """List the cache entries; * marks config.yaml's reference."""
+    def work() -> list[str]:
+        settings = current_settings()
+        return inventory.list_lines(settings.cache_dir, _configured_references(settings))
+    for line in translated(work):
+        print(line)
+
+
+@task
+def verify(c: Context) -> None:
+    """Check every stored file against its hash; exit 1 on any fault."""
+    cache_dir = translated(_cache_dir)
+    faults = inventory.verify(cache_dir)
+    for fault in faults:
+        print(f"FAULT {fault}")
+    if faults:
+        raise Exit(f"{len(faults)} faults in {cache_dir}; `invoke gen` re-records what it "
+                   "needs, `invoke cache.clear` empties the cache", code=1)
+    print(f"{len(inventory.entries(cache_dir))} entries in {cache_dir}: no faults")
+
+
+@task(help={
+    "max-size": "remove least recently used entries until the cache is at most this big "
+                "(e.g. 500M, 2G)",
+    "older-than": "remove entries not used for this long (e.g. 30d, 12h)",
+})
+def prune(c: Context, max_size: str | None = None, older_than: str | None = None) -> None:
+    """Remove old or least recently used entries, those bisect made first."""
+    def work() -> list[inventory.EntryInfo]:
+        if max_size is None and older_than is None:
+            raise RegressionError("say what to prune: --max-size SIZE and/or --older-than AGE")
+        settings = current_settings()
+        return inventory.prune(settings.cache_dir,
+                               None if max_size is None else inventory.parse_size(max_size),
+                               None if older_than is None else inventory.parse_age(older_than),
+                               configured=_configured_references(settings))
+    for line in inventory.removed_lines(translated(work)):
+        print(line)
+    _report_foreign()
+
+
+@task
+def clear(c: Context) -> None:
+    """Remove every cache entry; what is not provably one is left alone and listed."""
+    for line in inventory.removed_lines(translated(lambda: inventory.clear(_cache_dir()))):
+        print(line)
+    _report_foreign()
+
+
+def _report_foreign() -> None:
+    for info in inventory.foreign(translated(_cache_dir)):
+        print(f"left alone, not provably a cache entry: {info.directory}: {info.fault}")
+
+
+cache = Collection("cache", list_, verify, prune, clear)

@@ -1,0 +1,86 @@
+"""What every invoke task shares: this folder's settings, the one place a RegressionError
+becomes an exit code, and the checks of flag values."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from invoke.exceptions import Exit
+
+from regression.config import DEVICE_ENV, DEVICES, Settings, find_config, load_settings
+from regression.errors import RegressionError
+
+T = TypeVar("T")
+
+
+REFERENCE_HELP = "revision (tag, branch, SHA, HEAD~n) or a name from config.yaml's references"
+
+
+def current_settings() -> Settings:
+    return load_settings(find_config(Path.cwd()))
+
+
+def translated(work: Callable[[], T], device: str | None = None) -> T:
+    try:
+        choose_device(device)
+        return work()
+    except RegressionError as exc:
+        raise Exit(f"torch-regression: {exc}", code=getattr(exc, "exit_code", 2)) from None
+
+
+HELP_TOKENS = ("--help", "-h")
+
+
+def help_if_asked(name: str, *positionals: str) -> bool:
+    """`invoke explain --help`: invoke hands --help to a task's positional argument; show the help."""
+    if not any(value in HELP_TOKENS for value in positionals):
+        return False
+    from invoke.program import Program
+
+    from regression.cli.tasks import ns
+
+    Program(namespace=ns, name="invoke", binary="invoke").run(["invoke", "--help", name], exit=False)
+    return True
+
+
+def choose_device(device: str | None) -> None:
+    """--device: config.yaml's `device` overridden for this run and every process it starts."""
+    if device is None:
+        return
+    if device not in DEVICES:
+        raise RegressionError(f"--device {device!r}: give one of {', '.join(DEVICES)}")
+    os.environ[DEVICE_ENV] = device
+
+
+DEVICE_HELP = "cpu or cuda: where the cases run, instead of config.yaml's device (in the key)"
+
+
+def require_filled(*flags: tuple[str, str | list[str] | None], required: str = "") -> None:
+    """Refuse a flag given as '': in CI that is an unset variable, which would otherwise
+    quietly mean "left out" (every case, the default reference). `required`: the flag that
+    cannot be left out."""
+    for flag, value in flags:
+        values = value if isinstance(value, list) else [value]
+        if any(v is not None and not v.strip() for v in values):
+            instead = "" if flag == required else f", or leave {flag} out"
+            raise RegressionError(f"{flag} '' is empty (an unset variable in CI?): give a "
+                                  f"value{instead}")
+
+
+def report_path(flag: str, text: str, example: str) -> Path:
+    """Where --junitxml or --html writes, checked before the run, whose end is too late to
+    say it: a file, in a folder that exists or that can be made."""
+    path = Path(text).resolve()
+    if path.is_dir():
+        raise RegressionError(f"{flag} {text}: that is a folder; name a file in it, e.g. "
+                              f"{flag} {Path(text) / example}")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        why = "is not a folder" if not folder.is_dir() else "cannot be written"
+        raise RegressionError(f"{flag} {text}: {folder} {why}, so the report cannot be "
+                              "written there; name a file in a folder you can write")
+    return path
