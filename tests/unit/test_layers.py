@@ -1,5 +1,6 @@
 """The import graph keeps its layers: nothing below the launcher and the API imports them,
-the data types import only what is below them, and only revision.py talks to git."""
+the data types import only what is below them, the store and the cores stand on no plugin,
+diagnosis or command line, and only gitcmd.py talks to git."""
 
 from __future__ import annotations
 
@@ -66,3 +67,17 @@ def test_gitpython_is_imported_nowhere_git_runs_through_revision() -> None:
 @pytest.mark.parametrize("name", list(MODULES))
 def test_no_module_is_over_400_lines(name: str) -> None:
     assert len(MODULES[name].read_text(encoding="utf-8").splitlines()) <= 400
+
+
+@pytest.mark.parametrize("name", [n for n in LOWER if not n.startswith("regression.plugin")])
+def test_store_and_the_cores_stand_on_no_pytest_plugin_diagnosis_or_command_line(name: str) -> None:
+    """The plugin may use the store and the cores, never the other way round."""
+    above = ("regression.plugin", "regression.diagnose", "regression.cli",
+             "regression.run.generation")
+    assert not {i for i in _imports(MODULES[name]) if i.startswith(above)}
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if not n.startswith("regression.cli")
+                                  and n not in ("regression.tasks", "regression.__main__")])
+def test_only_the_entry_points_import_the_command_line(name: str) -> None:
+    assert not {i for i in _imports(MODULES[name]) if i.startswith("regression.cli")}
