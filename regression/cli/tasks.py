@@ -168,9 +168,9 @@ def changed_cases(result: CheckResult | None) -> list[str]:
 def _stopped(resolved: Reference, code: int) -> str:
     """Why a generation ended without a result, in the words pytest's exit code allows."""
     if code == PYTEST_INTERRUPTED:
-        return (f"the generation at {resolved.label} did not run: pytest could not collect "
-                "the tests in this environment (exit 2); the errors, and what to install or "
-                "fix, are above")
+        return (f"the generation at {resolved.label} did not run to its end: pytest was "
+                "interrupted (exit 2): by Ctrl-C, or because it could not collect the tests in "
+                "this environment; the errors, and what to install or fix, are above")
     return (f"the generation at {resolved.label} stopped (pytest exit {code}) before it "
             "finished; its output is above")
 

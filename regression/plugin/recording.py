@@ -23,7 +23,7 @@ from regression.plugin.common import crash_reason, exception_reason, report_reas
 from regression.plugin.importer import install_redirect, verify_origins
 from regression.plugin.strays import require_own_files, stray_modules
 from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
-from regression.plugin.relay import CONTROLLER, ERROR, Relay, attach, role
+from regression.plugin.relay import CONTROLLER, ERROR, SOLO, Relay, attach, role
 from regression.run.job import PROGRESS, RecordJob, decode
 from regression.run.types import RecordResult
 from regression.store.cache import Entry, Output
@@ -131,10 +131,16 @@ class Recording:
                                       "why."))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Under xdist the controller counts the cases its workers finished."""
+        if report.when == "teardown" and self.config is not None \
+                and role(self.config) == CONTROLLER:
+            self._progress(report.nodeid)
+
+    def _progress(self, nodeid: str) -> None:
         """A line per wanted case as it finishes, for the parent to show: pytest's own
-        progress stays in the captured output. Under xdist the controller counts."""
-        if report.when != "teardown" or report.nodeid not in self.job.cases or self.worker \
-                or self.config is None:
+        progress stays in the captured output. In one process the line comes once the case
+        is stored, so a case counted is a case kept if the run is interrupted."""
+        if nodeid not in self.job.cases or self.config is None:
             return
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
@@ -142,7 +148,7 @@ class Recording:
         self.finished += 1
         reporter.ensure_newline()
         reporter.write_line(f"{PROGRESS}[{self.finished}/{len(self.job.cases)}] "
-                            f"{report.nodeid}", flush=True)
+                            f"{nodeid}", flush=True)
 
     def start(self) -> None:
         """Before conftests load: kernel settings, then the import redirect; recording a
@@ -257,6 +263,8 @@ class Recording:
         sink = self.sinks.pop(item.nodeid, None)
         if item.nodeid in self.job.cases and uses_fixture(item):
             self.keeps.case_done(item.nodeid, tuple(sink.outputs) if sink else ())
+        if role(item.config) == SOLO:
+            self._progress(item.nodeid)
         return result
 
     def _reason(self, report: pytest.TestReport | pytest.CollectReport) -> str:

@@ -335,5 +335,5 @@ def test_a_package_the_tests_need_missing_here_is_named_with_the_install(
     assert gen.returncode == 2, text
     assert "the tests import 'no_such_package_here', which this environment" in text
     assert "-m pip install no_such_package_here" in text
-    assert "did not run: pytest could not collect the tests in this environment" in gen.stderr
+    assert "or because it could not collect the tests in this environment" in gen.stderr
     assert "Traceback (most recent" not in text
