@@ -42,11 +42,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=_rank)  # stable: the order within a rank stays pytest's
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_default_cache() -> Iterator[None]:
+@pytest.fixture(scope="session")
+def no_default_cache() -> Iterator[None]:
     """As pre-commit's tests do: a cache folder that a test did not choose raises, here and in
     every process started from here, so no test reads or writes a developer's real cache (nor
-    the one a developer's own $REGRESSION_CACHE_DIR names)."""
+    the one a developer's own $REGRESSION_CACHE_DIR names). Used automatically by the unit and
+    integration tests (their conftests), never by tests/regression: the example zoo's own
+    regression run uses config.yaml's cache, as a user's would."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(NO_DEFAULT_CACHE_ENV, "1")
         patch.delenv(CACHE_DIR_ENV, raising=False)

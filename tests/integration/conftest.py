@@ -13,6 +13,11 @@ from warm_python import WARM
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _no_default_cache(no_default_cache: None) -> None:
+    """The guard of tests/conftest.py, for every integration test."""
+
+
+@pytest.fixture(scope="session", autouse=True)
 def warm_python() -> Iterator[None]:
     """The warm Python behind `Repo.invoke`, stopped when the session ends."""
     yield

@@ -38,3 +38,16 @@ def test_a_chosen_cache_folder_is_served(tmp_path: Path,
     (tmp_path / "config.yaml").write_text(CONFIG)
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "chosen"))
     assert load_settings(tmp_path / "config.yaml").cache_dir == tmp_path / "chosen"
+
+
+def test_the_guard_does_not_reach_the_example_zoo_s_own_regression_run() -> None:
+    """tests/conftest.py is also a conftest of tests/regression (the zoo that the Quickstart's
+    `invoke test` checks with config.yaml's cache): no fixture of it may apply there by itself."""
+    import ast
+
+    source = (Path(__file__).resolve().parents[1] / "conftest.py").read_text(encoding="utf-8")
+    autouse = [node.name for node in ast.walk(ast.parse(source))
+               if isinstance(node, ast.FunctionDef) and any(
+                   isinstance(d, ast.Call) and any(k.arg == "autouse" for k in d.keywords)
+                   for d in node.decorator_list)]
+    assert autouse == []
