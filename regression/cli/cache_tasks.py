@@ -14,6 +14,7 @@ from regression.config import Settings
 from regression.errors import RegressionError
 from regression.store import inventory
 
+
 def _cache_dir() -> Path:
     return current_settings().cache_dir
 
@@ -69,29 +70,32 @@ def verify(c: Context) -> None:
 })
 def prune(c: Context, max_size: str | None = None, older_than: str | None = None) -> None:
     """Remove old or least recently used entries, those bisect made first."""
-    def work() -> list[inventory.EntryInfo]:
+    def work() -> tuple[Path, list[inventory.EntryInfo]]:
         if max_size is None and older_than is None:
             raise RegressionError("say what to prune: --max-size SIZE and/or --older-than AGE")
         settings = current_settings()
-        return inventory.prune(settings.cache_dir,
-                               None if max_size is None else inventory.parse_size(max_size),
-                               None if older_than is None else inventory.parse_age(older_than),
-                               configured=_configured_references(settings))
-    for line in inventory.removed_lines(translated(work)):
+        return settings.cache_dir, inventory.prune(
+            settings.cache_dir, None if max_size is None else inventory.parse_size(max_size),
+            None if older_than is None else inventory.parse_age(older_than),
+            configured=_configured_references(settings))
+    cache_dir, removed = translated(work)
+    for line in inventory.removed_lines(removed):
         print(line)
-    _report_foreign()
+    _report_foreign(cache_dir)
 
 
 @task
 def clear(c: Context) -> None:
     """Remove every cache entry; what is not provably one is left alone and listed."""
-    for line in inventory.removed_lines(translated(lambda: inventory.clear(_cache_dir()))):
+    cache_dir = translated(_cache_dir)
+    for line in inventory.removed_lines(translated(lambda: inventory.clear(cache_dir))):
         print(line)
-    _report_foreign()
+    _report_foreign(cache_dir)
 
 
-def _report_foreign() -> None:
-    for info in inventory.foreign(translated(_cache_dir)):
+def _report_foreign(cache_dir: Path) -> None:
+    """What prune and clear left in the cache folder because it is not provably an entry."""
+    for info in inventory.foreign(cache_dir):
         print(f"left alone, not provably a cache entry: {info.directory}: {info.fault}")
 
 
