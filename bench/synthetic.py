@@ -6,12 +6,11 @@ subject package does almost nothing, so what is measured is the tool's cost per 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-# hypothesis is a development dependency of this project, not of the tool: its pytest plugin
-# imports hypothesis at the end of every pytest process (about 1 s), in every variant alike.
-NO_HYPOTHESIS = {"PYTEST_ADDOPTS": "-p no:hypothesispytest"}
+from zoo_repo import NO_HYPOTHESIS, committed
+
+__all__ = ["NO_HYPOTHESIS", "synthetic_repo"]
 
 CONFIG = """reference: HEAD
 subject:
@@ -78,10 +77,4 @@ def synthetic_repo(folder: Path, count: int, kib: int = 16) -> Path:
              "pyproject.toml": "[tool.pytest.ini_options]\n",
              "plain/fixture.py": PLAIN_FIXTURE,
              ".gitignore": "__pycache__/\n.regression-cache/\n"}
-    for name, text in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(text)
-    for command in (["init", "-q"], ["add", "-A"],
-                    ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "suite"]):
-        subprocess.run(["git", *command], cwd=folder, check=True)
-    return folder
+    return committed(folder, files, "suite")

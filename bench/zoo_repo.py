@@ -24,10 +24,15 @@ def zoo_repo(folder: Path, extra: dict[str, str] | None = None) -> Path:
         "reference: HEAD" if line.startswith("reference:") else line for line in config) + "\n")
     files = {"tasks.py": "from regression.tasks import ns\n",
              "pyproject.toml": "[tool.pytest.ini_options]\n", **(extra or {})}
+    return committed(repo, files, "zoo")
+
+
+def committed(folder: Path, files: dict[str, str], message: str) -> Path:
+    """`files` written into `folder`, which becomes a git repository of one commit."""
     for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
     for command in (["init", "-q"], ["add", "-A"],
-                    ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "zoo"]):
-        subprocess.run(["git", *command], cwd=repo, check=True)
-    return repo
+                    ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", message]):
+        subprocess.run(["git", *command], cwd=folder, check=True)
+    return folder
