@@ -4,6 +4,7 @@ cannot be checked)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Generator, NoReturn
 
@@ -59,6 +60,8 @@ class Check:
         self.subject_root = Path(job.subject_root).resolve() if job and job.subject_root \
             else None
         self.refusal = ""
+        self.recording_lines: list[str] = []
+        """What a recording that ran while the cases were checked did, for the summary."""
         """Why the run stopped before any case ran (in xdist's controller: a worker's)."""
         self.relay: Relay = attach(config, self._relayed)
 
@@ -161,10 +164,51 @@ class Check:
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         """xdist's controller: once the workers are down, a refusal ends the run as it would
         without xdist (no case ran: the worker that refused collected none)."""
-        result = yield
+        try:
+            result = yield
+        except KeyboardInterrupt:
+            self._end_recording(interrupted=True)
+            raise
+        finally:
+            self._end_recording()
         if self.refusal and not in_worker(self.config):
             raise self._refusal_error()
         return result
+
+    def pytest_unconfigure(self) -> None:
+        """A recording under way ends with the run, however the run ended."""
+        self._end_recording()
+
+    def _end_recording(self, interrupted: bool = False) -> None:
+        """Record and check at once: wait for the recording to end and say what it did. One
+        that failed makes the run an error: its cases were checked against references it
+        did not prove."""
+        underway = self.prepared.underway if self.prepared else None
+        if underway is None or self.prepared is None:
+            return
+        self.prepared = replace(self.prepared, underway=None)
+        try:
+            generation = underway.finish(interrupted)
+        except RegressionError as exc:
+            if self.job is not None:
+                self.job.write_error(exc)  # the task says it, and the run fails
+            else:
+                self.ledger.error(f"the recording at {self.label}, which ran while the cases "
+                                  f"were checked, failed, so no verdict of this run stands: "
+                                  f"{exc}")
+            return
+        self.prepared = replace(self.prepared, generation=generation)
+        self.recording_lines = generation_lines(generation)
+        if self.config.pluginmanager.get_plugin("terminalreporter") is None:
+            for line in self.recording_lines:
+                self.relay.echo(line)
+        self._write_result()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """What a recording that ran with the cases did, after their progress."""
+        for line in self.recording_lines:
+            terminalreporter.write_line(line)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """`invoke gen` has no terminal report: say which files failed to collect, and why;
@@ -314,7 +358,8 @@ class Check:
         # `invoke gen` records whatever addopts says: recording is all it is asked to do.
         no_gen = bool(self.config.getoption("regression_no_gen")) and not self.gen_only
         prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
-                           self.relay.echo, record=not no_gen)
+                           self.relay.echo, record=not no_gen,
+                           overlap=not self.gen_only and not in_worker(self.config))
         generation = prepared.generation
         if generation is not None and not self.gen_only and \
                 not (quiet and not generation.recorded and not generation.absent):

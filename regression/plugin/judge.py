@@ -76,6 +76,14 @@ class Judge:
         prepared = self.check.prepared
         assert prepared is not None
         entry, label = prepared.entry, self.check.label
+        underway = prepared.underway
+        if underway is not None and underway.covers(item.nodeid):
+            try:
+                record = underway.record_of(item.nodeid)
+            except RegressionError as exc:
+                return None, f"the recording at {label} failed: {exc}"
+            if record is not None:
+                return record, self._stale(record, item)
         if not entry.exists():
             return None, f"no reference {label} is recorded for this environment; {FIX}"
         try:
@@ -182,8 +190,10 @@ class Judge:
         be trusted."""
         prepared = self.check.prepared
         assert prepared is not None
+        underway = prepared.underway
         try:
-            record = prepared.entry.load_case(case.nodeid)
+            record = underway.record_of(case.nodeid) if underway is not None else None
+            record = record or prepared.entry.load_case(case.nodeid)
         except RegressionError as exc:
             return replace(case, stored_reason=str(exc))
         if record is None:

@@ -13,6 +13,7 @@ from regression.fingerprint import environment_parts
 from regression.harness import HarnessDigests, extra_harness_files
 from regression.run.job import GEN_NEVER, GEN_ONLY, CheckJob
 from regression.run.generation import generate, require_valid
+from regression.run.underway import Underway, start_generation
 from regression.run.types import Echo, Generation, Reference, Suite, shard_cases
 from regression.plugin.common import uses_fixture
 
@@ -28,6 +29,8 @@ class Prepared:
     others: bool
     """Whether tests that are no regression cases run too (no shard, or shard 1)."""
     generation: Generation | None
+    underway: Underway | None = None
+    """The recording of what was missing, when it goes on while the cases are checked."""
 
     @property
     def entry(self) -> Entry:
@@ -39,9 +42,11 @@ class Prepared:
 
 
 def prepare(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
-            selected: set[str], rootdir: Path, echo: Echo, record: bool) -> Prepared:
+            selected: set[str], rootdir: Path, echo: Echo, record: bool,
+            overlap: bool = False) -> Prepared:
     """The suite of every collected case, narrowed to the shard; missing references recorded
-    (only for cases that will run, unless `record` is off)."""
+    (only for cases that will run, unless `record` is off): first, or with `overlap` while
+    the cases are checked."""
     settings = reference.settings
     harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
     spec = job.shard if job else None
@@ -64,6 +69,12 @@ def prepare(reference: Reference, job: CheckJob | None, items: list[pytest.Item]
     generation = None
     if job is not None and job.gen == GEN_NEVER:
         require_valid(_narrowed(suite, runnable))
+    elif record and runnable and overlap:
+        started = start_generation(_narrowed(suite, runnable), bool(job and job.force), echo)
+        if isinstance(started, Underway):
+            return Prepared(suite, harness, frozenset(suite.cases),
+                            spec is None or spec.index == 1, None, started)
+        generation = started
     elif record and runnable:
         generation = generate(_narrowed(suite, runnable), force=bool(job and job.force),
                               echo=echo)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pytest
 
 from regression.errors import RegressionError
+from regression.run.handoff import hand_over
 from regression.store.cache import ABSENT, CaseRecord, Entry, Output, StagedCase
 
 if TYPE_CHECKING:
@@ -22,17 +26,49 @@ class Record:
         self.problem: RegressionError | None = None
         """Why a case could not be staged: the recording fails with it at its end."""
         self.created = False
+        self.handoff = recording.job.handoff
+        """The pipe to a check run that checks each case meanwhile; -1: none."""
+        if self.handoff >= 0:
+            try:
+                os.set_inheritable(self.handoff, False)  # not the tests' own child processes
+            except OSError:
+                self.handoff = -1
 
     def case_done(self, nodeid: str, outputs: tuple[Output, ...]) -> None:
         recording = self.recording
-        if nodeid in recording.absent or nodeid not in recording.ran or self.problem:
+        if self.problem:
+            return
+        if nodeid in recording.absent:
+            self._hand_over_absent(nodeid, recording.absent[nodeid])
+            return
+        if nodeid not in recording.ran:
             return
         try:
             entry = self._created()
-            self.staged[nodeid] = entry.stage_case(
+            staged = self.staged[nodeid] = entry.stage_case(
                 CaseRecord(nodeid, recording.job.cases[nodeid], outputs=outputs))
         except RegressionError as exc:
-            self.problem = exc
+            self.problem = exc  # nothing is handed over: the check run waits for the end
+            return
+        self._hand_over(staged.body)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The wanted cases that do not exist at the reference are handed over at once."""
+        for nodeid in self.recording.job.cases:
+            reason = self.recording.not_collected(nodeid)
+            if reason:
+                self._hand_over_absent(nodeid, reason)
+
+    def _hand_over_absent(self, nodeid: str, reason: str) -> None:
+        if self.handoff >= 0:
+            record = CaseRecord(nodeid, self.recording.job.cases[nodeid], status=ABSENT,
+                                reason=reason)
+            self._hand_over(self.recording.entry().stage_case(record).body)
+
+    def _hand_over(self, body: Mapping[str, object]) -> None:
+        """Record and check at once: the check run may check the case now."""
+        if self.handoff >= 0 and not hand_over(self.handoff, body):
+            self.handoff = -1  # the check run is gone: record on, store at the end
 
     def _created(self) -> Entry:
         """The recording's entry, made once (the parent made it: this only proves it)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from regression.errors import CacheError, CacheWriteError, ReadOnlyError, RegressionError, \
     StoreError, SubjectImportError
@@ -20,6 +20,9 @@ from regression.run.launch import run_pytest, tail
 from regression.run.types import Echo, Generation, Pending, RecordResult, Reference, Suite
 from regression.store.cache import NONDETERMINISTIC, Entry, StoredHarness
 from regression.store.scratch import scratch_folder
+
+if TYPE_CHECKING:
+    from regression.config import Settings
 
 
 def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[str, Pending]:
@@ -76,7 +79,7 @@ def _open_entry(entry: Entry, warnings: list[str]) -> None:
         entry.create()
 
 
-def _read_only_plan(suite: Suite, force: bool) -> dict[str, Pending] | None:
+def read_only_plan(suite: Suite, force: bool) -> dict[str, Pending] | None:
     """The cases to record, planned with no lock and no write (verified files need neither);
     None when the entry itself is missing or not trusted."""
     try:
@@ -95,32 +98,45 @@ def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generatio
     done.
     """
     prune_stale_worktrees(suite.reference.repo)  # git's bookkeeping, not the cache
-    todo = _read_only_plan(suite, force)
+    todo = read_only_plan(suite, force)
     if todo == {}:
         suite.entry.touch()  # a hint for pruning; skipped where the cache is read-only
         return Generation(reused=len(suite.cases))
     try:
         return _generate_locked(suite, force, echo)
     except ReadOnlyError as exc:
-        missing = (f"{len(todo)} of {len(suite.cases)} cases have no valid reference"
-                   if todo else f"the cache entry {suite.entry.directory} is missing or unusable")
-        raise ReadOnlyError(exc.path, f"{missing}, and nothing can be recorded: {exc.reason}",
-                            "make the cache folder writable, or point REGRESSION_CACHE_DIR at a "
-                            "writable folder (copy this cache there to keep what it holds), "
-                            "then run again.") from None
+        raise nothing_recordable(suite, todo, exc) from None
+
+
+def nothing_recordable(suite: Suite, todo: dict[str, Pending] | None,
+                       exc: ReadOnlyError) -> ReadOnlyError:
+    """A read-only cache that lacks what must be recorded: what is missing, and the fix."""
+    missing = (f"{len(todo)} of {len(suite.cases)} cases have no valid reference"
+               if todo else f"the cache entry {suite.entry.directory} is missing or unusable")
+    return ReadOnlyError(exc.path, f"{missing}, and nothing can be recorded: {exc.reason}",
+                         "make the cache folder writable, or point REGRESSION_CACHE_DIR at a "
+                         "writable folder (copy this cache there to keep what it holds), "
+                         "then run again.")
+
+
+def planned_locked(suite: Suite, force: bool, echo: Echo) -> tuple[Generation, dict[str, Pending]]:
+    """Holding the entry's lock: the entry made (or made anew), the plan made again, and
+    what the entry held that could not be trusted said."""
+    result = Generation()
+    _open_entry(suite.entry, result.warnings)
+    todo = plan(suite.entry, suite.cases, force, suite.reference.settings.root)
+    result.warnings += [f"re-recording {nodeid}: {p.why}" for nodeid, p in todo.items()
+                        if p.fault]
+    for warning in result.warnings:
+        echo(f"warning: {warning}")
+    result.reused = len(suite.cases) - len(todo)
+    return result, todo
 
 
 def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
     """Plan again and record, holding the entry's lock."""
-    result = Generation()
     with suite.entry.lock():
-        _open_entry(suite.entry, result.warnings)
-        todo = plan(suite.entry, suite.cases, force, suite.reference.settings.root)
-        result.warnings += [f"re-recording {nodeid}: {p.why}" for nodeid, p in todo.items()
-                            if p.fault]
-        for warning in result.warnings:
-            echo(f"warning: {warning}")
-        result.reused = len(suite.cases) - len(todo)
+        result, todo = planned_locked(suite, force, echo)
         if todo:
             echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
                  f"{suite.reference.label} ...")
@@ -130,7 +146,7 @@ def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
                 recorded = _record(suite, worktree, wanted, echo)
                 result.recorded = list(recorded.recorded)
                 result.absent = dict(recorded.absent)
-                _require_all_ran(todo, result)
+                require_all_ran(todo, result)
                 result.nondeterministic = _find_nondeterministic(
                     suite, worktree, {n: todo[n].harness for n in result.recorded}, echo)
         suite.entry.touch()
@@ -177,7 +193,7 @@ def find_nondeterministic(suite: Suite, echo: Echo) -> dict[str, str]:
                                       echo)
 
 
-def _require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
+def require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
     missing = [n for n in todo if n not in result.absent and n not in result.recorded]
     if missing:
         listed = "\n  ".join(missing[:10])
@@ -214,10 +230,10 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
         job = RecordJob(reference, subject_root=str(worktree / reference.settings.subject_path),
                         parts=suite.entry.parts, cases=todo, workers=suite.workers,
                         verify=verify, full_values=full_values,
-                        workdir=str(_project_in(reference, worktree)))
+                        workdir=str(project_in(reference, worktree)))
         return _recording(reference, job, echo)
     except KeyboardInterrupt:
-        kept = _still_valid(suite.entry, todo)
+        kept = still_valid(suite.entry, todo)
         echo(f"recording interrupted: {kept} of {len(todo)} cases were stored and are kept; "
              "the reference worktree was removed. `invoke gen` records the rest.")
         raise
@@ -230,10 +246,8 @@ def _recording(reference: Reference, job: RecordJob, echo: Echo, working_tree: b
     settings = reference.settings
     with scratch_folder("result") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
-        tests = [str(settings.root / t) for t in settings.tests]  # the working folder moves
-        process = run_pytest(settings, ["-q", "--no-header", "-rN",
-                                     "--continue-on-collection-errors", *tests],
-                          job, True, progress=lambda line: echo(f"  {line}"))
+        process = run_pytest(settings, recording_args(settings), job, True,
+                             progress=lambda line: echo(f"  {line}"))
         error = job.read_error()
         result = job.read_result()
     if error is not None:
@@ -247,6 +261,12 @@ def _recording(reference: Reference, job: RecordJob, echo: Echo, working_tree: b
     return result
 
 
+def recording_args(settings: Settings) -> list[str]:
+    """pytest's arguments for a recording: quiet, every case collectable run."""
+    tests = [str(settings.root / t) for t in settings.tests]  # the working folder moves
+    return ["-q", "--no-header", "-rN", "--continue-on-collection-errors", *tests]
+
+
 def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bool,
                echo: Echo) -> None:
     """Run one case with every module call traced into `folder`: with the subject of the
@@ -257,7 +277,7 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
             reference_worktree(reference.repo, reference.sha))
         job = RecordJob(reference, subject_root=str(root / settings.subject_path),
                         cases={nodeid: ""}, trace=str(folder),
-                        workdir="" if working_tree else str(_project_in(reference, root)))
+                        workdir="" if working_tree else str(project_in(reference, root)))
         result = _recording(reference, job, echo, working_tree)
     where = "in the working tree" if working_tree else f"at {reference.label}"
     fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
@@ -267,7 +287,7 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
         raise RegressionError(f"{nodeid} cannot be traced {where}: {absent[nodeid]}{fix}")
 
 
-def _project_in(reference: Reference, worktree: Path) -> Path:
+def project_in(reference: Reference, worktree: Path) -> Path:
     """The project's folder in a worktree of its repository: where the recording runs, as
     pytest would be run there, so that relative paths name the reference's files."""
     top = Path(reference.repo.working_dir).resolve()
@@ -276,7 +296,7 @@ def _project_in(reference: Reference, worktree: Path) -> Path:
     return folder if folder.is_dir() else worktree  # a folder the reference does not have
 
 
-def _still_valid(entry: Entry, todo: dict[str, str]) -> int:
+def still_valid(entry: Entry, todo: dict[str, str]) -> int:
     """How many of `todo` the entry now holds a valid reference of."""
     count = 0
     for nodeid, harness in todo.items():

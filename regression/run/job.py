@@ -165,6 +165,9 @@ class RecordJob(_Job[RecordResult]):
     trace: str = ""
     """Trace every module call of the one wanted case into this folder (`invoke explain`),
     with its checked outputs, instead of storing them in the cache."""
+    handoff: int = -1
+    """A pipe (its file descriptor, inherited) on which each case is handed over as it is
+    stored, to the check run that checks it meanwhile (run/handoff.py); -1: none."""
     workdir: str = ""
     """The working folder of the recording, the project's folder in the reference's
     worktree (files read from the user's repository are then watched); empty: the working

@@ -15,7 +15,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, NoReturn, Protocol, Sequence
+from typing import IO, Iterator, NoReturn, Protocol, Sequence
 
 from regression.config import CACHE_DIR_ENV, Settings
 from regression.errors import RegressionError
@@ -70,6 +70,18 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
             return _streamed(command, settings.root, env, progress)
         return subprocess.run(command, cwd=settings.root, env=env, text=True,
                               capture_output=capture, check=False)
+
+
+def start_pytest(settings: Settings, args: Sequence[str], job: RecordJob, folder: Path,
+                 output: IO[str], handoff: int) -> subprocess.Popen[str]:
+    """Start pytest for `job` in a new process and return at once: its job file in
+    `folder`, its output into `output`, and `handoff`, a pipe's write end, inherited."""
+    job_file = folder / "job.json"
+    job.save(job_file)
+    command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
+    return subprocess.Popen(command, cwd=settings.root, env=_child_environment(settings, job_file),
+                            text=True, stdout=output, stderr=subprocess.STDOUT,
+                            pass_fds=(handoff,))
 
 
 def _streamed(command: list[str], cwd: Path, env: dict[str, str],

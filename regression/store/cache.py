@@ -16,7 +16,8 @@ from regression.store.cachedir import (CASES, ENTRY_FILE, LAST_USED, EntryLock, 
                                        lock_path, remove_folder, with_fix)
 from regression.store.files import dump_verified, load_verified, verify_safetensors, write_atomic
 from regression.store.record import (ABSENT, NONDETERMINISTIC, RECORDED, TENSOR_FILE, CaseRecord,
-                                     Output, StagedCase, StoredHarness, case_id, checked_body)
+                                     Output, StagedCase, StoredHarness, case_id, checked_body,
+                                     checked_fields)
 
 __all__ = ["ABSENT", "NONDETERMINISTIC", "RECORDED", "CaseRecord", "Entry", "Output",
            "StagedCase", "StoredHarness", "case_id"]
@@ -304,13 +305,25 @@ class Entry:
 
     def load_case(self, nodeid: str) -> CaseRecord | None:
         """The stored case, None when there is none; StoreError when it cannot be trusted."""
-        from regression.store.codec import decode, tensors_from_file
-
         loaded = self._load_body(nodeid)
         self.forget(nodeid)  # read for this case's check: not kept for the rest of the run
         if loaded is None:
             return None
-        body, wanted = loaded
+        return self._decoded(nodeid, *loaded, self.case_path(nodeid))
+
+    def staged_record(self, body: dict[str, Any]) -> CaseRecord:
+        """A case that a recording still under way staged and handed over (run/handoff.py):
+        its body checked as a stored record's is, its tensors read from the file it names
+        and verified; StoreError when it cannot be trusted."""
+        nodeid = str(body.get("nodeid"))
+        where = f"the recording's hand-over of {nodeid}"
+        return self._decoded(nodeid, *checked_fields(body, nodeid, self.key, where), where)
+
+    def _decoded(self, nodeid: str, body: dict[str, Any], wanted: set[str],
+                 where: Path | str) -> CaseRecord:
+        """A checked record body with its tensors, read and verified."""
+        from regression.store.codec import decode, tensors_from_file
+
         try:
             tensors = {}
             if body["tensors"]:
@@ -320,6 +333,6 @@ class Entry:
             outputs = tuple(Output(o["name"], decode(o["value"], tensors))
                             for o in body["outputs"])
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
-            raise StoreError(f"{self.case_path(nodeid)} is malformed: {exc!r}") from None
+            raise StoreError(f"{where} is malformed: {exc!r}") from None
         return CaseRecord(nodeid=nodeid, harness=body["harness"], status=body["status"],
                           reason=body["reason"], outputs=outputs, helpers=dict(body["helpers"]))

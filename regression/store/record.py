@@ -96,16 +96,22 @@ def shape_problem(body: dict[str, Any]) -> str:
 
 def checked_body(path: Path, nodeid: str, environment: str) -> tuple[dict[str, Any], set[str]]:
     """A case's record from `path`, checked to decode fully, and its tensor names."""
-    body = load_verified(path)
+    return checked_fields(load_verified(path), nodeid, environment, str(path))
+
+
+def checked_fields(body: dict[str, Any], nodeid: str, environment: str, where: str
+                   ) -> tuple[dict[str, Any], set[str]]:
+    """A case's record body (read from `where`), checked to decode fully, and its tensor
+    names."""
     if body.get("nodeid") != nodeid or body.get("environment") != environment:
-        raise StoreError(f"{path} belongs to another case or environment")
+        raise StoreError(f"{where} belongs to another case or environment")
     problem = shape_problem(body)
     if problem:
-        raise StoreError(f"{path} is malformed: {problem}")
+        raise StoreError(f"{where} is malformed: {problem}")
     names: set[str] = set()
     for output in body["outputs"]:
         try:
             names.update(tensor_names(output["value"]))
         except StoreError as exc:
-            raise StoreError(f"{path} is malformed: output {output['name']!r} {exc}") from None
+            raise StoreError(f"{where} is malformed: output {output['name']!r} {exc}") from None
     return body, names

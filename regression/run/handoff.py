@@ -1,0 +1,73 @@
+"""The pipe on which a recording hands each case over as soon as it is stored, to the check
+run that checks the case meanwhile (record and check at once).
+
+One JSON line per case: the body of its staged record, whose tensors are in the cache
+entry's file it names, or (status "absent") why the case is not in the reference. A case
+handed over is not yet proven the reference's: the recording proves that at its end, and a
+check run whose recording fails is an error, whatever its cases' verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import IO, Any, Callable, Mapping
+
+
+def hand_over(fd: int, body: Mapping[str, object]) -> bool:
+    """Write one case's body on the pipe; False when its reader is gone (nothing to do:
+    the recording goes on, and stores what it records)."""
+    data = memoryview((json.dumps(body, separators=(",", ":")) + "\n").encode())
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        return False
+    return True
+
+
+class Handoff:
+    """The check run's end of the pipe: a thread keeps what arrives, so the recording never
+    waits for the check run; `wait_for` waits for one case, or for the pipe's end."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._bodies: dict[str, dict[str, Any]] = {}
+        self._ended = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, name="torch-regression handoff",
+                                        daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self._stream:
+                try:
+                    body = json.loads(line)
+                except ValueError:
+                    continue  # not a body: the case waits for the recording's end
+                if isinstance(body, dict) and isinstance(body.get("nodeid"), str):
+                    with self._changed:
+                        self._bodies[body["nodeid"]] = body
+                        self._changed.notify_all()
+        finally:
+            with self._changed:
+                self._ended = True
+                self._changed.notify_all()
+
+    def wait_for(self, nodeid: str, alive: Callable[[], bool], poll: float = 0.5
+                 ) -> dict[str, Any] | None:
+        """The case's body once it is handed over (taken: asked once); None once the pipe
+        ended, or `alive()` says the recording did, without it."""
+        with self._changed:
+            while nodeid not in self._bodies:
+                if self._ended or not alive():
+                    return None
+                self._changed.wait(poll)
+            return self._bodies.pop(nodeid)
+
+    def close(self) -> None:
+        """After the recording ended: the pipe is read to its end and closed."""
+        self._thread.join(timeout=5.0)
+        self._stream.close()
