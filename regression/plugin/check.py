@@ -190,12 +190,7 @@ class Check:
         try:
             generation = underway.finish(interrupted)
         except RegressionError as exc:
-            if self.job is not None:
-                self.job.write_error(exc)  # the task says it, and the run fails
-            else:
-                self.ledger.error(f"the recording at {self.label}, which ran while the cases "
-                                  f"were checked, failed, so no verdict of this run stands: "
-                                  f"{exc}")
+            self._unproven(underway.handed, exc)
             return
         self.prepared = replace(self.prepared, generation=generation)
         self.recording_lines = generation_lines(generation)
@@ -203,6 +198,18 @@ class Check:
             for line in self.recording_lines:
                 self.relay.echo(line)
         self._write_result()
+
+    def _unproven(self, checked: set[str], error: RegressionError) -> None:
+        """The recording that ran beside the cases failed: each case checked against what it
+        handed over is an error, and the run says why (the task, from the job's error)."""
+        for nodeid in sorted(checked):
+            self.ledger.judge(CaseOutcome(nodeid, ERROR, (
+                f"checked against a reference that the recording at {self.label} did not "
+                "prove its own: the recording failed at its end, as said below")))
+        if self.job is not None:
+            self.job.write_error(error)
+        else:
+            self.ledger.error(f"the recording at {self.label} failed: {error}")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:

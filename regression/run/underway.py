@@ -68,6 +68,8 @@ class Underway:
         self.result = result
         self.stack = stack
         """The entry's lock, the worktree, the scratch folder: let go when it ends."""
+        self.handed: set[str] = set()
+        """The cases whose references were handed over: checked before they were proven."""
         self.ended: Generation | None = None
         self.error: RegressionError | None = None
         reference = suite.reference
@@ -109,6 +111,7 @@ class Underway:
         if self.covers(nodeid):
             body = self.handoff.wait_for(nodeid, lambda: self.child.poll() is None)
             if body is not None:
+                self.handed.add(nodeid)
                 return self.suite.entry.staged_record(body)
             self.finish()
         return None

@@ -1,0 +1,132 @@
+"""Record and check at once: a cold `invoke test` checks each case as soon as the recording
+that runs beside it stores the case's reference, and judges every case as a run that
+recorded everything first (`invoke gen`, then `invoke test`) does.
+
+That the two runs overlap is shown without a clock: at the reference, a case waits for a
+note that the check run leaves only once it checks the first case. Were the recording to
+end before the check run began, that case would wait in vain, fail at the reference after
+its deadline, and be judged "not in reference".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from helpers import CONFIG, SUBJECT, TESTS, Repo, make_subject_repo, output
+
+SUBJECT_NOW = SUBJECT.format(scale="2.0") + '''
+
+def extra() -> float:
+    return 1.5
+'''
+
+CASES = """\
+import os
+import time
+from pathlib import Path
+
+import torch
+import subj
+
+
+def test_first(regression):
+    regression.check(torch.arange(4.0), name="const")
+    meeting = os.environ.get("MEETING")
+    if meeting:  # each process that runs this case leaves a note
+        Path(meeting, str(os.getpid())).write_text("checked the first case")
+
+
+def test_meets_the_check_run(regression):
+    meeting = os.environ.get("MEETING")
+    deadline = time.monotonic() + 120
+    while meeting and len(os.listdir(meeting)) < 2:  # the recording's note and the check run's
+        assert time.monotonic() < deadline, "the check run never reached the first case"
+        time.sleep(0.05)
+    regression.check(torch.ones(2), name="ones")
+
+
+def test_changed(regression):
+    regression.check(subj.forward(regression.randn(2, 4)), name="out")
+
+
+def test_fails_at_the_reference(regression):
+    regression.check(torch.tensor([subj.extra()]), name="extra")
+"""
+
+NEW_FILE = """\
+import torch
+from subj import extra
+
+
+def test_not_collected_at_the_reference(regression):
+    regression.check(torch.tensor([extra()]), name="extra")
+"""
+
+
+def _verdicts(done_stdout: str) -> list[str]:
+    """The torch-regression section of a run's output: every verdict, not the times nor
+    the reference worktree's folder (named by the process that made it)."""
+    lines = re.sub(r"torch-regression-worktrees/[^/]+/[^/]+", "WORKTREE",
+                   done_stdout).splitlines()
+    start = next(i for i, line in enumerate(lines) if "torch-regression" in line and "==" in line)
+    return [line for line in lines[start + 1:] if not line.startswith("=")]
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> Repo:
+    """A reference (v1) and a working tree whose subject differs: a case identical, one
+    changed, one failing at the reference, one whose file does not collect there."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/test_cases.py", CASES)
+    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
+    repo.commit("the cases")
+    repo.git("tag", "-f", "-a", "v1", "-m", "the reference")
+    repo.write("subj/__init__.py", SUBJECT_NOW)
+    repo.write("tests/test_new.py", NEW_FILE)
+    repo.commit("a numerics change and a new function")
+    return repo
+
+
+@pytest.mark.slow
+def test_a_cold_run_checks_while_it_records_with_the_verdicts_of_one_that_records_first(
+        history: Repo, tmp_path: Path) -> None:
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    at_once = history.invoke("test", env={"MEETING": str(meeting)})
+    assert "each checked as soon as it is stored" in at_once.stdout, output(at_once)
+    assert len(list(meeting.iterdir())) == 2, output(at_once)  # both processes met
+
+    first = Repo(history.path, tmp_path / "other-cache")
+    generated = first.invoke("gen")
+    assert generated.returncode == 0, output(generated)
+    after = first.invoke("test")
+    assert "each checked" not in after.stdout, output(after)  # nothing left to record
+
+    assert at_once.returncode == after.returncode == 1, output(at_once) + output(after)
+    verdicts = _verdicts(at_once.stdout)
+    assert verdicts == _verdicts(after.stdout)
+    summary = "\n".join(verdicts)
+    assert "6 cases: 2 identical, 2 changed, 2 not in reference, 0 errors" in summary, summary
+
+
+def test_a_recording_refused_at_its_end_makes_every_case_it_handed_over_an_error(
+        tmp_path: Path) -> None:
+    """The tests import a package of the working tree: the recording refuses once it ends,
+    after the check run has checked the case against what it handed over."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("helper/__init__.py", "FACTOR = 1\n")
+    repo.write("tests/test_subj.py", "import helper\n" + TESTS)
+    repo.commit("a helper package outside the subject")
+    done = repo.invoke("test", "--reference", "HEAD")
+    text = output(done)
+    assert done.returncode == 2, text
+    assert "each checked as soon as it is stored" in text, text
+    assert text.count("these modules were imported from your working tree while recording "
+                      "at the reference") == 1, text
+    assert "ERROR tests/test_subj.py::test_forward: checked against a reference that the " \
+           "recording at" in text, text
+    assert "1 case: 0 identical, 0 changed, 0 not in reference, 1 error" in text, text
+    assert "bit-identical" not in text, text
+    assert not list(repo.cache.rglob("*.safetensors")), "a refused recording stored tensors"
