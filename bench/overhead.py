@@ -48,6 +48,7 @@ class Plain:
         seed = xxhash.xxh64_intdigest(f"0\\0{nodeid}".encode()) & (2**63 - 1)
         self.generator = torch.Generator().manual_seed(seed)
         self.nodeid, self.count = nodeid, 0
+        self.device = torch.device("cpu")  # the fixture's `device`, as the zoo uses it
 
     def randn(self, *size, dtype=None):
         return torch.randn(*size, generator=self.generator, dtype=dtype)
