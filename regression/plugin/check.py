@@ -4,7 +4,6 @@ cannot be checked)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Generator, NoReturn
 
@@ -13,6 +12,7 @@ import pytest
 from regression.errors import RegressionError
 from regression.plugin.common import report_reason, uses_fixture
 from regression.plugin.hints import subject_not_importable
+from regression.plugin.alongside import Alongside
 from regression.plugin.ledger import Ledger
 from regression.plugin.relay import LINE, REFUSAL, Relay, attach, in_worker
 from regression.report import ERROR, CaseOutcome, generation_lines
@@ -36,6 +36,7 @@ def register(config: pytest.Config, job: CheckJob | None) -> None:
     check = Check(config, job, Ledger())
     judge = Judge(check)
     config.pluginmanager.register(check, "torch-regression-check")
+    config.pluginmanager.register(check.alongside, "torch-regression-alongside")
     config.pluginmanager.register(judge, MODE_PLUGIN)
     config.pluginmanager.register(Finish(check, judge), "torch-regression-finish")
     config.pluginmanager.register(Summary(config, check.ledger), "torch-regression-summary")
@@ -60,10 +61,10 @@ class Check:
         self.subject_root = Path(job.subject_root).resolve() if job and job.subject_root \
             else None
         self.refusal = ""
-        self.recording_lines: list[str] = []
-        """What a recording that ran while the cases were checked did, for the summary."""
         """Why the run stopped before any case ran (in xdist's controller: a worker's)."""
         self.relay: Relay = attach(config, self._relayed)
+        self.alongside = Alongside(self)
+        """The recording that may run beside this run's cases."""
 
     @property
     def label(self) -> str:
@@ -97,10 +98,12 @@ class Check:
                 require_step_summary()
             settings = self._settings()
             determinism.prepare_process(settings.device)
+            self.alongside.start_early(settings)  # before torch loads here
             determinism.apply(settings.determinism)
             if self.subject_root:
                 install_redirect(settings.subject_packages, self.subject_root, strict=True)
         except RegressionError as exc:
+            self.alongside.cancel_early()
             self._refuse(exc)
 
     @pytest.hookimpl(trylast=True)
@@ -164,58 +167,10 @@ class Check:
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         """xdist's controller: once the workers are down, a refusal ends the run as it would
         without xdist (no case ran: the worker that refused collected none)."""
-        try:
-            result = yield
-        except KeyboardInterrupt:
-            self._end_recording(interrupted=True)
-            raise
-        finally:
-            self._end_recording()
+        result = yield
         if self.refusal and not in_worker(self.config):
             raise self._refusal_error()
         return result
-
-    def pytest_unconfigure(self) -> None:
-        """A recording under way ends with the run, however the run ended."""
-        self._end_recording()
-
-    def _end_recording(self, interrupted: bool = False) -> None:
-        """Record and check at once: wait for the recording to end and say what it did. One
-        that failed makes the run an error: its cases were checked against references it
-        did not prove."""
-        underway = self.prepared.underway if self.prepared else None
-        if underway is None or self.prepared is None:
-            return
-        self.prepared = replace(self.prepared, underway=None)
-        try:
-            generation = underway.finish(interrupted)
-        except RegressionError as exc:
-            self._unproven(underway.handed, exc)
-            return
-        self.prepared = replace(self.prepared, generation=generation)
-        self.recording_lines = generation_lines(generation)
-        if self.config.pluginmanager.get_plugin("terminalreporter") is None:
-            for line in self.recording_lines:
-                self.relay.echo(line)
-        self._write_result()
-
-    def _unproven(self, checked: set[str], error: RegressionError) -> None:
-        """The recording that ran beside the cases failed: each case checked against what it
-        handed over is an error, and the run says why (the task, from the job's error)."""
-        for nodeid in sorted(checked):
-            self.ledger.judge(CaseOutcome(nodeid, ERROR, (
-                f"checked against a reference that the recording at {self.label} did not "
-                "prove its own: the recording failed at its end, as said below")))
-        if self.job is not None:
-            self.job.write_error(error)
-        else:
-            self.ledger.error(f"the recording at {self.label} failed: {error}")
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """What a recording that ran with the cases did, after their progress."""
-        for line in self.recording_lines:
-            terminalreporter.write_line(line)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """`invoke gen` has no terminal report: say which files failed to collect, and why;
@@ -268,7 +223,7 @@ class Check:
             if self.job.selection:  # what the user left out is not missed
                 self.ledger.expected -= set(self.deselected)
         if not any(uses_fixture(i) for i in everything):
-            self._write_result()
+            self.write_result()
             return
         if config.option.collectonly and not self.gen_only:
             return
@@ -286,7 +241,7 @@ class Check:
         if self.job is None:  # plain pytest: the cases it selected must each end judged
             self.ledger.expected = {i.nodeid for i in keep if uses_fixture(i)}
         self._judge_collect_skips()
-        self._write_result()
+        self.write_result()
 
     def _judge_collect_skips(self) -> None:
         """A file or folder skipped as it was collected (importorskip or skip at module
@@ -364,9 +319,11 @@ class Check:
             resolve(settings, self.config.getoption("regression_reference"))
         # `invoke gen` records whatever addopts says: recording is all it is asked to do.
         no_gen = bool(self.config.getoption("regression_no_gen")) and not self.gen_only
+        early = self.alongside.take_early()
         prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
                            self.relay.echo, record=not no_gen,
-                           overlap=not self.gen_only and not in_worker(self.config))
+                           overlap=not self.gen_only and not in_worker(self.config),
+                           early=early)
         generation = prepared.generation
         if generation is not None and not self.gen_only and \
                 not (quiet and not generation.recorded and not generation.absent):
@@ -376,7 +333,7 @@ class Check:
         determinism.apply(settings.determinism)  # once here: the first call takes seconds
         return prepared
 
-    def _write_result(self) -> None:
+    def write_result(self) -> None:
         if self.job is not None:
             prepared = self.prepared
             self.job.write_result(CheckResult(prepared.generation if prepared else None))

@@ -43,10 +43,21 @@ class Prepared:
 
 def prepare(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
             selected: set[str], rootdir: Path, echo: Echo, record: bool,
-            overlap: bool = False) -> Prepared:
+            overlap: bool = False, early: Underway | None = None) -> Prepared:
     """The suite of every collected case, narrowed to the shard; missing references recorded
     (only for cases that will run, unless `record` is off): first, or with `overlap` while
-    the cases are checked."""
+    the cases are checked (by `early`, a recording started before collection, if any)."""
+    try:
+        return _prepare(reference, job, items, selected, rootdir, echo, record, overlap,
+                        early if overlap else None)
+    finally:
+        if early is not None and early.suite is None:  # not used: told no case, it ends
+            early.cancel()
+
+
+def _prepare(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
+             selected: set[str], rootdir: Path, echo: Echo, record: bool, overlap: bool,
+             early: Underway | None) -> Prepared:
     settings = reference.settings
     harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
     spec = job.shard if job else None
@@ -70,7 +81,8 @@ def prepare(reference: Reference, job: CheckJob | None, items: list[pytest.Item]
     if job is not None and job.gen == GEN_NEVER:
         require_valid(_narrowed(suite, runnable))
     elif record and runnable and overlap:
-        started = start_generation(_narrowed(suite, runnable), bool(job and job.force), echo)
+        started = start_generation(_narrowed(suite, runnable), bool(job and job.force), echo,
+                                   early)
         if isinstance(started, Underway):
             return Prepared(suite, harness, frozenset(suite.cases),
                             spec is None or spec.index == 1, None, started)

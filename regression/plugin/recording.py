@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Protocol
 
@@ -24,6 +25,7 @@ from regression.plugin.importer import install_redirect, verify_origins
 from regression.plugin.strays import require_own_files, stray_modules
 from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
 from regression.plugin.relay import CONTROLLER, ERROR, SOLO, Relay, attach, role
+from regression.run.handoff import receive_cases
 from regression.run.job import PROGRESS, RecordJob, decode
 from regression.run.types import RecordResult
 from regression.store.cache import Entry, Output
@@ -193,6 +195,9 @@ class Recording:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
+        if self.job.wanted >= 0:  # started early: the check run says now what it needs
+            cases, parts = receive_cases(self.job.wanted)
+            self.job = replace(self.job, cases=cases, parts=parts, wanted=-1)
         self.collected = (self.collected or set()) | {i.nodeid for i in items}
         self.test_modules |= {i.path for i in items}
         wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)

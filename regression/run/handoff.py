@@ -1,5 +1,6 @@
-"""The pipe on which a recording hands each case over as soon as it is stored, to the check
-run that checks the case meanwhile (record and check at once).
+"""The pipes between a check run and the recording that runs beside it (record and check at
+once): the wanted cases go to the recording, which may have started before they were known;
+each case comes back as soon as it is stored.
 
 One JSON line per case: the body of its staged record, whose tensors are in the cache
 entry's file it names, or (status "absent") why the case is not in the reference. A case
@@ -13,6 +14,29 @@ import json
 import os
 import threading
 from typing import IO, Any, Callable, Mapping
+
+
+def send_cases(fd: int, cases: Mapping[str, str], parts: Mapping[str, str]) -> bool:
+    """Tell a recording started early which cases to record (node id -> harness digest) and
+    the environment's key parts it must see; False when it is gone."""
+    return hand_over(fd, {"cases": dict(cases), "parts": dict(parts)})
+
+
+def receive_cases(fd: int) -> tuple[dict[str, str], dict[str, str]]:
+    """In the recording: the wanted cases and the key's parts, once the check run sends
+    them; no case when it closed the pipe instead (it needs nothing recorded, or it
+    stopped)."""
+    with os.fdopen(fd, "rb") as stream:
+        line = stream.readline()
+    try:
+        sent = json.loads(line) if line else {}
+        cases, parts = sent.get("cases", {}), sent.get("parts", {})
+    except (ValueError, AttributeError):
+        return {}, {}
+    if not isinstance(cases, dict) or not isinstance(parts, dict):
+        return {}, {}
+    return ({str(k): str(v) for k, v in cases.items()},
+            {str(k): str(v) for k, v in parts.items()})
 
 
 def hand_over(fd: int, body: Mapping[str, object]) -> bool:

@@ -165,6 +165,10 @@ class RecordJob(_Job[RecordResult]):
     trace: str = ""
     """Trace every module call of the one wanted case into this folder (`invoke explain`),
     with its checked outputs, instead of storing them in the cache."""
+    wanted: int = -1
+    """A pipe (its file descriptor, inherited) on which the wanted cases arrive once the
+    check run that started this recording early has collected them; -1: `cases` holds
+    them."""
     handoff: int = -1
     """A pipe (its file descriptor, inherited) on which each case is handed over as it is
     stored, to the check run that checks it meanwhile (run/handoff.py); -1: none."""

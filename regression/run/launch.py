@@ -73,15 +73,15 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
 
 
 def start_pytest(settings: Settings, args: Sequence[str], job: RecordJob, folder: Path,
-                 output: IO[str], handoff: int) -> subprocess.Popen[str]:
+                 output: IO[str], pipes: Sequence[int]) -> subprocess.Popen[str]:
     """Start pytest for `job` in a new process and return at once: its job file in
-    `folder`, its output into `output`, and `handoff`, a pipe's write end, inherited."""
+    `folder`, its output into `output`, and `pipes` (file descriptors) inherited."""
     job_file = folder / "job.json"
     job.save(job_file)
     command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
     return subprocess.Popen(command, cwd=settings.root, env=_child_environment(settings, job_file),
                             text=True, stdout=output, stderr=subprocess.STDOUT,
-                            pass_fds=(handoff,))
+                            pass_fds=tuple(pipes))
 
 
 def _streamed(command: list[str], cwd: Path, env: dict[str, str],

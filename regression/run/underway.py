@@ -1,6 +1,9 @@
 """Record and check at once: the check run starts the recording of what it lacks and goes
 on; each case it reaches waits only for its own reference, handed over as soon as the
 recording stores it (run/handoff.py). On a machine with a free core the two runs overlap.
+Where the cache has no entry for the environment at all (a CI runner's first run), the
+recording starts before the check run collects: both start Python, torch and the subject
+at once, and the recording is told its cases once they are known.
 
 What a case is checked against is proven the reference's only when the recording ends (the
 subject's origin, the files it read): the check run then waits for it, and a recording
@@ -11,92 +14,151 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from contextlib import ExitStack
 from dataclasses import replace
-from pathlib import Path
 
 from regression.errors import ReadOnlyError, RegressionError
 from regression.revision import prune_stale_worktrees, reference_worktree
 from regression.run.generation import generate, in_context, nothing_recordable, planned_locked, \
     project_in, read_only_plan, recording_args, require_all_ran, still_valid
-from regression.run.handoff import Handoff
+from regression.run.handoff import Handoff, send_cases
 from regression.run.job import RecordJob
 from regression.run.launch import let_finish, start_pytest, tail
-from regression.run.types import Echo, Generation, Pending, Suite
+from regression.run.types import Echo, Generation, Pending, Reference, Suite
 from regression.store.cache import CaseRecord
 from regression.store.scratch import scratch_folder
 
 
-def start_generation(suite: Suite, force: bool, echo: Echo) -> Generation | Underway:
+def start_generation(suite: Suite, force: bool, echo: Echo, early: Underway | None = None
+                     ) -> Generation | Underway:
     """As `generate`, but what must be recorded is recorded while the caller goes on: the
-    recording under way, or what was found when nothing is to be recorded. A suite recorded
-    several times (determinism.repeat) or by several workers is recorded first, as before."""
-    if suite.repeat > 1 or suite.workers > 1:
-        return generate(suite, force, echo)
-    prune_stale_worktrees(suite.reference.repo)
-    todo = read_only_plan(suite, force)
-    if todo == {}:
-        suite.entry.touch()
-        return Generation(reused=len(suite.cases))
-    stack = ExitStack()
+    recording under way (`early`'s, if it was started for this environment), or what was
+    found when nothing is to be recorded. A suite recorded several times
+    (determinism.repeat) or by several workers is recorded first, as before."""
+    if early is not None and early.parts is not None and early.parts != suite.entry.parts:
+        early.cancel()  # a conftest changed what the key holds: start anew
+        early = None
     try:
-        stack.enter_context(suite.entry.lock())  # held until the recording ends
+        if suite.repeat > 1 or suite.workers > 1:
+            return generate(suite, force, echo)
+        prune_stale_worktrees(suite.reference.repo)
+        todo = read_only_plan(suite, force)
+        if todo == {}:
+            suite.entry.touch()
+            return Generation(reused=len(suite.cases))
+        underway = _locked_start(suite, force, echo, todo, early)
+        early = None  # it is the one under way
+        return underway
+    finally:
+        if early is not None:
+            early.cancel()
+
+
+def _locked_start(suite: Suite, force: bool, echo: Echo, todo: dict[str, Pending] | None,
+                  early: Underway | None) -> Generation | Underway:
+    """Take the entry's lock (held until the recording ends), plan again, and hand the
+    recording its cases."""
+    lock = ExitStack()
+    try:
+        lock.enter_context(suite.entry.lock())
         result, todo = planned_locked(suite, force, echo)
         if not todo:
             suite.entry.touch()
-            stack.close()
+            lock.close()
             return result
         echo(f"recording {len(todo)} of {len(suite.cases)} cases at {suite.reference.label}, "
              "each checked as soon as it is stored ...")
-        return Underway(suite, todo, result, stack)
+        underway = early or Underway(suite.reference)
+        underway.begin(suite, todo, result, lock)
+        return underway
     except ReadOnlyError as exc:
-        stack.close()
+        lock.close()
         raise nothing_recordable(suite, todo, exc) from None
     except BaseException:
-        stack.close()
+        lock.close()
         raise
 
 
 class Underway:
-    """A recording in its own process, in a worktree of the reference, under the entry's
-    lock, handing each case over as it is stored."""
+    """A recording in its own process, in a worktree of the reference, that collects at
+    once and records the cases `begin` hands it, each handed over as it is stored."""
 
-    def __init__(self, suite: Suite, todo: dict[str, Pending], result: Generation,
-                 stack: ExitStack) -> None:
-        self.suite = suite
-        self.todo = todo
-        self.result = result
-        self.stack = stack
-        """The entry's lock, the worktree, the scratch folder: let go when it ends."""
+    def __init__(self, reference: Reference) -> None:
+        self.reference = reference
+        self.parts: dict[str, str] | None = None
+        """The environment's key parts, once `begin` knows them (started early: not yet)."""
+        self.stack = ExitStack()
+        """The worktree, the scratch folder, the pipes, then the entry's lock: let go
+        when the recording ends."""
+        self.suite: Suite | None = None
+        self.todo: dict[str, Pending] = {}
+        self.result = Generation()
         self.handed: set[str] = set()
         """The cases whose references were handed over: checked before they were proven."""
         self.ended: Generation | None = None
         self.error: RegressionError | None = None
-        reference = suite.reference
+        try:
+            self.child, self.handoff, self.cases_pipe = self._start()
+        except BaseException:
+            self.stack.close()
+            raise
+
+    def _start(self) -> tuple[subprocess.Popen[str], Handoff, int]:
+        """The recording's process; the check run's end of the pipe it hands cases over on,
+        and of the one its cases go to it on."""
+        reference, stack = self.reference, self.stack
         worktree = stack.enter_context(reference_worktree(reference.repo, reference.sha))
         folder = stack.enter_context(scratch_folder("record"))  # job, result, output
-        self.job = RecordJob(
-            reference, result=str(folder / "result.json"), parts=suite.entry.parts,
-            subject_root=str(worktree / reference.settings.subject_path),
-            cases={nodeid: p.harness for nodeid, p in todo.items()},
-            workdir=str(project_in(reference, worktree)), handoff=-1)
         self.output = stack.enter_context(open(folder / "output.txt", "w+", encoding="utf-8"))
-        self.child, self.handoff = self._start(folder)
-
-    def _start(self, folder: Path) -> tuple[subprocess.Popen[str], Handoff]:
-        """The recording's process, and the check run's end of the pipe it hands over on."""
-        read_end, write_end = os.pipe()
+        handoff_read, handoff_write = os.pipe()
+        cases_read, cases_write = os.pipe()
+        self.job = RecordJob(
+            reference, result=str(folder / "result.json"),
+            subject_root=str(worktree / reference.settings.subject_path),
+            workdir=str(project_in(reference, worktree)), handoff=handoff_write,
+            wanted=cases_read)
         try:
-            self.job = replace(self.job, handoff=write_end)
-            child = start_pytest(self.suite.reference.settings,
-                                 recording_args(self.suite.reference.settings), self.job,
-                                 folder, self.output, write_end)
+            child = start_pytest(reference.settings, recording_args(reference.settings),
+                                 self.job, folder, self.output, (handoff_write, cases_read))
         except BaseException:
-            os.close(read_end)
+            os.close(handoff_read)
+            os.close(cases_write)
             raise
-        finally:
-            os.close(write_end)  # the child's copy alone: its end is the pipe's end
-        return child, Handoff(os.fdopen(read_end, "rb"))
+        finally:  # the child's copies alone: the pipes end with it, or with this process
+            os.close(handoff_write)
+            os.close(cases_read)
+        stack.callback(self._close_cases)
+        return child, Handoff(os.fdopen(handoff_read, "rb")), cases_write
+
+    def begin(self, suite: Suite, todo: dict[str, Pending], result: Generation,
+              lock: ExitStack) -> None:
+        """Hand the recording its cases; `lock` (the entry's) is held until it ends."""
+        self.suite, self.todo, self.result = suite, todo, result
+        self.parts = suite.entry.parts
+        self.stack.enter_context(lock)
+        cases = {nodeid: p.harness for nodeid, p in todo.items()}
+        self.job = replace(self.job, cases=cases, parts=self.parts, wanted=-1)
+        pipe, self.cases_pipe = self.cases_pipe, -1  # the sender closes it
+        # a thread: the recording reads its cases once it has collected, and a pipe holds
+        # only so much
+        threading.Thread(target=_send, args=(pipe, cases, self.parts), daemon=True,
+                         name="torch-regression cases").start()
+
+    def _close_cases(self) -> None:
+        """Close the pipe of the cases unsent: the recording is told no case."""
+        if self.cases_pipe >= 0:
+            os.close(self.cases_pipe)
+            self.cases_pipe = -1
+
+    def cancel(self) -> None:
+        """Nothing is to be recorded after all: the recording, told no case, ends."""
+        if self.ended is None and self.error is None:
+            self.ended = Generation()
+            self._close_cases()
+            self.child.wait()
+            self.handoff.close()
+            self.stack.close()
 
     def covers(self, nodeid: str) -> bool:
         """Whether this recording records the case (until it ended: then the entry has it)."""
@@ -108,7 +170,7 @@ class Underway:
         The recording's error is raised here when it failed."""
         if self.error is not None:
             raise self.error
-        if self.covers(nodeid):
+        if self.covers(nodeid) and self.suite is not None:
             body = self.handoff.wait_for(nodeid, lambda: self.child.poll() is None)
             if body is not None:
                 self.handed.add(nodeid)
@@ -134,7 +196,8 @@ class Underway:
             self.stack.close()
 
     def _ended(self, interrupted: bool) -> Generation:
-        child, reference = self.child, self.suite.reference
+        child, reference, suite = self.child, self.reference, self.suite
+        assert suite is not None, "finish() of a recording that was given no cases"
         if interrupted:
             let_finish(child, first=30.0)
         else:
@@ -154,11 +217,19 @@ class Underway:
         self.result.recorded = list(recorded.recorded)
         self.result.absent = dict(recorded.absent)
         if interrupted:
-            kept = still_valid(self.suite.entry, self.job.cases)
+            kept = still_valid(suite.entry, self.job.cases)
             self.result.warnings.append(
                 f"recording interrupted: {kept} of {len(self.todo)} cases were stored and "
                 "are kept; `invoke gen` records the rest.")
         else:
             require_all_ran(self.todo, self.result)
-        self.suite.entry.touch()
+        suite.entry.touch()
         return self.result
+
+
+def _send(pipe: int, cases: dict[str, str], parts: dict[str, str]) -> None:
+    """Send the recording its cases and the environment's key parts, then close the pipe."""
+    try:
+        send_cases(pipe, cases, parts)
+    finally:
+        os.close(pipe)

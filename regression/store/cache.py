@@ -44,6 +44,28 @@ def stamp(path: Path) -> Stamp | None:
     return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
 
+def names_reference(cache_dir: Path, sha: str) -> bool:
+    """Whether an entry of the cache, of any environment, was made for the reference `sha`
+    (read without torch, which the key needs). Where none was, a run records every case;
+    True where that cannot be told (a folder unreadable)."""
+    try:
+        folders = [p for p in os.scandir(cache_dir) if p.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    for folder in folders:
+        try:
+            parts = load_verified(Path(folder.path) / ENTRY_FILE).get("parts")
+        except FileNotFoundError:
+            continue
+        except (OSError, StoreError):
+            return True
+        if isinstance(parts, dict) and parts.get("reference") == sha:
+            return True
+    return False
+
+
 class Entry:
     """The cached reference for one environment fingerprint."""
 

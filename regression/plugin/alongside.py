@@ -1,0 +1,117 @@
+"""Check mode: the recording that runs beside the check run's cases (record and check at
+once, regression/run/underway.py). It starts before conftests load where the run will record
+every case, is handed its cases once they are known, and is waited for at the end of the
+cases; one that fails makes every case checked against it an error."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Generator
+
+import pytest
+
+from regression.errors import RegressionError
+from regression.report import ERROR, CaseOutcome, generation_lines
+from regression.run.job import GEN_AUTO
+
+if TYPE_CHECKING:
+    from regression.config import Settings
+    from regression.plugin.check import Check
+    from regression.run.underway import Underway
+
+
+class Alongside:
+    """A pytest plugin of the check run: starts, hands over and ends its recording."""
+
+    def __init__(self, check: Check) -> None:
+        self.check = check
+        self.early: Underway | None = None
+        """A recording started before collection, until the run's preparation takes it."""
+        self.lines: list[str] = []
+        """What the recording did, for the terminal summary."""
+
+    def start_early(self, settings: Settings) -> None:
+        """A run that will record every case (the cache has no entry for its reference: a
+        CI runner's first run) starts the recording before conftests load, so that both
+        processes start Python, torch and the subject at once; it is told its cases, and
+        the environment's key, once they are known. Not where the run has xdist workers, or
+        would record in workers or several times."""
+        job, known = self.check.job, self.check.config.known_args_namespace
+        if job is None or job.gen != GEN_AUTO or job.repeat > 1 \
+                or settings.determinism.repeat > 1 or getattr(known, "numprocesses", None) \
+                or getattr(known, "tx", None) or getattr(known, "collectonly", False) \
+                or getattr(known, "regression_no_gen", False):
+            return
+        from regression.run.underway import Underway
+        from regression.store.cache import names_reference
+
+        try:
+            if not names_reference(settings.cache_dir, job.reference):
+                self.early = Underway(job.resolved)
+        except RegressionError:
+            pass  # the run records as it would have, and says then what is wrong
+
+    def take_early(self) -> Underway | None:
+        """The recording started early, now the preparation's to use or cancel."""
+        early, self.early = self.early, None
+        return early
+
+    def cancel_early(self) -> None:
+        """A recording started early that the run did not use ends, told no case."""
+        if self.early is not None:
+            self.early.cancel()
+            self.early = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        """Once the cases have run (or the run was cut short), the recording ends."""
+        try:
+            return (yield)
+        except KeyboardInterrupt:
+            self._end(interrupted=True)
+            raise
+        finally:
+            self._end()
+
+    def pytest_unconfigure(self) -> None:
+        """A recording ends with the run, however the run ended."""
+        self._end()
+        self.cancel_early()
+
+    def _end(self, interrupted: bool = False) -> None:
+        """Wait for the recording to end and say what it did."""
+        check = self.check
+        underway = check.prepared.underway if check.prepared else None
+        if underway is None or check.prepared is None:
+            return
+        check.prepared = replace(check.prepared, underway=None)
+        try:
+            generation = underway.finish(interrupted)
+        except RegressionError as exc:
+            self._unproven(underway.handed, exc)
+            return
+        check.prepared = replace(check.prepared, generation=generation)
+        self.lines = generation_lines(generation)
+        if check.config.pluginmanager.get_plugin("terminalreporter") is None:
+            for line in self.lines:
+                check.relay.echo(line)
+        check.write_result()
+
+    def _unproven(self, checked: set[str], error: RegressionError) -> None:
+        """The recording failed: each case checked against what it handed over is an error,
+        and the run says why (the task, from the job's error)."""
+        check = self.check
+        for nodeid in sorted(checked):
+            check.ledger.judge(CaseOutcome(nodeid, ERROR, (
+                f"checked against a reference that the recording at {check.label} did not "
+                "prove its own: the recording failed at its end, as said below")))
+        if check.job is not None:
+            check.job.write_error(error)
+        else:
+            check.ledger.error(f"the recording at {check.label} failed: {error}")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """What the recording did, after the cases' progress."""
+        for line in self.lines:
+            terminalreporter.write_line(line)
