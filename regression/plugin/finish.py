@@ -58,6 +58,8 @@ class Finish:
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """pytest.exit() or Ctrl-C: the cases it cut short are named with the reason."""
         error = excinfo.value
+        if self.ledger.stopped and isinstance(error, pytest.Session.Interrupted):
+            return  # a plugin of ours stopped the run (shouldstop), and said why
         if isinstance(error, pytest.exit.Exception):
             self.ledger.stop(f"pytest.exit({error.msg!r}) was called")
         else:

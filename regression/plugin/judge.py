@@ -80,8 +80,10 @@ class Judge:
         if underway is not None and underway.covers(item.nodeid):
             try:
                 record = underway.record_of(item.nodeid)
-            except RegressionError as exc:
-                return None, f"the recording at {label} failed: {exc}"
+            except RegressionError:  # said once, at the end of the run
+                self._stop(item, f"the recording at {label} failed")
+                return None, (f"no reference: the recording at {label} failed (its error "
+                              "ends this run's output)")
             if record is not None:
                 return record, self._stale(record, item)
         if not entry.exists():
@@ -96,6 +98,11 @@ class Judge:
         if record is None:
             return None, f"no reference is recorded for this case at {label}; {FIX}"
         return record, self._stale(record, item)
+
+    def _stop(self, item: pytest.Item, why: str) -> None:
+        """No case after this one can be checked: the run stops, and says why."""
+        item.session.shouldstop = why
+        self.ledger.stop(why)
 
     def _stale(self, record: CaseRecord, item: pytest.Item) -> str:
         """Why a stored case no longer matches the test code that runs now; "" if it does."""

@@ -33,12 +33,10 @@ from regression.store.scratch import scratch_folder
 def start_generation(suite: Suite, force: bool, echo: Echo, early: Underway | None = None
                      ) -> Generation | Underway:
     """As `generate`, but what must be recorded is recorded while the caller goes on: the
-    recording under way (`early`'s, if it was started for this environment), or what was
+    recording under way (`early`, if one was started before the cases were known: it is
+    told the key's parts with its cases, and checks them against its own), or what was
     found when nothing is to be recorded. A suite recorded several times
     (determinism.repeat) or by several workers is recorded first, as before."""
-    if early is not None and early.parts is not None and early.parts != suite.entry.parts:
-        early.cancel()  # a conftest changed what the key holds: start anew
-        early = None
     try:
         if suite.repeat > 1 or suite.workers > 1:
             return generate(suite, force, echo)
@@ -47,9 +45,10 @@ def start_generation(suite: Suite, force: bool, echo: Echo, early: Underway | No
         if todo == {}:
             suite.entry.touch()
             return Generation(reused=len(suite.cases))
-        underway = _locked_start(suite, force, echo, todo, early)
-        early = None  # it is the one under way
-        return underway
+        started = _locked_start(suite, force, echo, todo, early)
+        if started is early:
+            early = None  # it is the one under way
+        return started
     finally:
         if early is not None:
             early.cancel()
@@ -174,7 +173,7 @@ class Underway:
             body = self.handoff.wait_for(nodeid, lambda: self.child.poll() is None)
             if body is not None:
                 self.handed.add(nodeid)
-                return self.suite.entry.staged_record(body)
+                return self.suite.entry.staged_record(nodeid, body)
             self.finish()
         return None
 

@@ -55,10 +55,11 @@ def names_reference(cache_dir: Path, sha: str) -> bool:
     except OSError:
         return True
     for folder in folders:
+        identity = Path(folder.path) / ENTRY_FILE
+        if not os.path.lexists(identity):
+            continue  # not an entry (a leftover folder): no reference's
         try:
-            parts = load_verified(Path(folder.path) / ENTRY_FILE).get("parts")
-        except FileNotFoundError:
-            continue
+            parts = load_verified(identity).get("parts")
         except (OSError, StoreError):
             return True
         if isinstance(parts, dict) and parts.get("reference") == sha:
@@ -333,11 +334,10 @@ class Entry:
             return None
         return self._decoded(nodeid, *loaded, self.case_path(nodeid))
 
-    def staged_record(self, body: dict[str, Any]) -> CaseRecord:
+    def staged_record(self, nodeid: str, body: dict[str, Any]) -> CaseRecord:
         """A case that a recording still under way staged and handed over (run/handoff.py):
         its body checked as a stored record's is, its tensors read from the file it names
         and verified; StoreError when it cannot be trusted."""
-        nodeid = str(body.get("nodeid"))
         where = f"the recording's hand-over of {nodeid}"
         return self._decoded(nodeid, *checked_fields(body, nodeid, self.key, where), where)
 

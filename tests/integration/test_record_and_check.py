@@ -5,7 +5,9 @@ recorded everything first (`invoke gen`, then `invoke test`) does.
 That the two runs overlap is shown without a clock: at the reference, a case waits for a
 note that the check run leaves only once it checks the first case. Were the recording to
 end before the check run began, that case would wait in vain, fail at the reference after
-its deadline, and be judged "not in reference".
+its deadline, and be judged "not in reference". Likewise the tests' conftest, loaded by
+both processes, waits until both have loaded it: only a recording started before the check
+run loads its conftests (the cache has no entry for the reference) lets it go on.
 """
 
 from __future__ import annotations
@@ -55,6 +57,21 @@ def test_fails_at_the_reference(regression):
     regression.check(torch.tensor([subj.extra()]), name="extra")
 """
 
+CONFTEST = """\
+import os
+import time
+from pathlib import Path
+
+meeting = os.environ.get("EARLY_MEETING")
+if meeting:  # each process notes it loaded this conftest, then waits for the other
+    Path(meeting, str(os.getpid())).write_text("loaded the conftest")
+    deadline = time.monotonic() + 120
+    while len(os.listdir(meeting)) < 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the other process never loaded this conftest")
+        time.sleep(0.05)
+"""
+
 NEW_FILE = """\
 import torch
 from subj import extra
@@ -80,6 +97,7 @@ def history(tmp_path: Path) -> Repo:
     changed, one failing at the reference, one whose file does not collect there."""
     repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
     repo.write("tests/test_cases.py", CASES)
+    repo.write("tests/conftest.py", CONFTEST)
     repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
     repo.commit("the cases")
     repo.git("tag", "-f", "-a", "v1", "-m", "the reference")
@@ -92,11 +110,14 @@ def history(tmp_path: Path) -> Repo:
 @pytest.mark.slow
 def test_a_cold_run_checks_while_it_records_with_the_verdicts_of_one_that_records_first(
         history: Repo, tmp_path: Path) -> None:
-    meeting = tmp_path / "meeting"
+    meeting, early = tmp_path / "meeting", tmp_path / "early"
     meeting.mkdir()
-    at_once = history.invoke("test", env={"MEETING": str(meeting)})
+    early.mkdir()
+    at_once = history.invoke("test", env={"MEETING": str(meeting),
+                                          "EARLY_MEETING": str(early)})
     assert "each checked as soon as it is stored" in at_once.stdout, output(at_once)
     assert len(list(meeting.iterdir())) == 2, output(at_once)  # both processes met
+    assert len(list(early.iterdir())) == 2, output(at_once)  # and had started together
 
     first = Repo(history.path, tmp_path / "other-cache")
     generated = first.invoke("gen")
@@ -130,3 +151,43 @@ def test_a_recording_refused_at_its_end_makes_every_case_it_handed_over_an_error
     assert "1 case: 0 identical, 0 changed, 0 not in reference, 1 error" in text, text
     assert "bit-identical" not in text, text
     assert not list(repo.cache.rglob("*.safetensors")), "a refused recording stored tensors"
+
+
+def test_a_recording_started_early_and_not_needed_ends_and_leaves_nothing(
+        tmp_path: Path) -> None:
+    """A cold run whose tests hold no regression case: the recording it started before
+    collecting is told no case, ends, and takes its worktree with it."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/test_subj.py", "def test_plain():\n    assert True\n")
+    repo.write("tests/conftest.py", CONFTEST)
+    repo.commit("no regression case")
+    early = tmp_path / "early"
+    early.mkdir()
+    done = repo.invoke("test", env={"EARLY_MEETING": str(early)})
+    assert len(list(early.iterdir())) == 2, output(done)  # the recording had started
+    assert "each checked" not in done.stdout, output(done)
+    assert len(repo.git("worktree", "list").splitlines()) == 1, repo.git("worktree", "list")
+    assert not list(Path(tmp_path / "cache").rglob("*.json")), "an entry was made"
+
+
+def test_a_recording_that_fails_before_it_hands_a_case_over_stops_the_run_said_once(
+        tmp_path: Path) -> None:
+    """The subject does not import at the reference: the first case has no reference, the
+    run stops there, and the recording's error is said once, at the end."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/test_more.py", "import torch\n\n\ndef test_more(regression):\n"
+                                     "    regression.check(torch.ones(2))\n")
+    repo.write("subj/__init__.py", "raise ImportError('subj is broken at this commit')\n")
+    broken = repo.commit("a subject that does not import")
+    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
+    done = repo.invoke("test", "--reference", broken)
+    text = output(done)
+    assert done.returncode == 2, text
+    assert text.count("ImportError: subj is broken at this commit") == 1, text
+    assert text.count(f"the subject (subj) fails to import at the reference {broken[:12]}") \
+        == 1, text
+    assert f"tests/test_more.py::test_more: no reference: the recording at {broken[:12]} " \
+           "failed (its error ends this run's output)" in text, text
+    assert "tests/test_subj.py::test_forward: the run stopped before it: the recording at " \
+           f"{broken[:12]} failed in tests/test_more.py::test_more" in text, text
+    assert "INTERNALERROR" not in text and text.count("Traceback") == 1, text
