@@ -4,9 +4,11 @@ trace), which keeps only what the end of the run needs of it."""
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
+import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -304,6 +306,19 @@ class Recording:
         if self.failed:
             self.keeps.discard()
         session.exitstatus = 3 if self.failed else 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """A recording that wrote its result ends its process here: Python's own teardown
+        of torch's modules takes most of a second and serves nothing, and the check run may
+        be waiting. What the user's code asked for at exit runs first; a recording that
+        failed ends as any process does, its output whole for the parent to quote."""
+        if self.failed or role(config) != SOLO:
+            return
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(0)
 
     def _done(self, result: dict[str, Any], session: pytest.Session) -> None:
         """The result goes to the job file, or from an xdist worker to its controller."""
