@@ -91,7 +91,8 @@ class Alongside:
             self._unproven(underway.handed, exc)
             return
         check.prepared = replace(check.prepared, generation=generation)
-        self.lines = generation_lines(generation)
+        self.lines = [*([underway.note] if underway.note else []),
+                      *generation_lines(generation)]
         if check.config.pluginmanager.get_plugin("terminalreporter") is None:
             for line in self.lines:
                 check.relay.echo(line)

@@ -97,6 +97,8 @@ class Underway:
         """The cases whose references were handed over: checked before they were proven."""
         self.ended: Generation | None = None
         self.error: RegressionError | None = None
+        self.note = ""
+        """What the user must know of how it ended (interrupted: what was kept)."""
         try:
             self.child, self.handoff, self.cases_pipe = self._start()
         except BaseException:
@@ -217,9 +219,8 @@ class Underway:
         self.result.absent = dict(recorded.absent)
         if interrupted:
             kept = still_valid(suite.entry, self.job.cases)
-            self.result.warnings.append(
-                f"recording interrupted: {kept} of {len(self.todo)} cases were stored and "
-                "are kept; `invoke gen` records the rest.")
+            self.note = (f"recording interrupted: {kept} of {len(self.todo)} cases were "
+                         "stored and are kept; `invoke gen` records the rest.")
         else:
             require_all_ran(self.todo, self.result)
         suite.entry.touch()

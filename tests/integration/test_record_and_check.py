@@ -12,7 +12,12 @@ run loads its conftests (the cache has no entry for the reference) lets it go on
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +75,19 @@ if meeting:  # each process notes it loaded this conftest, then waits for the ot
         if time.monotonic() > deadline:
             raise RuntimeError("the other process never loaded this conftest")
         time.sleep(0.05)
+"""
+
+MANY_SLOW_CASES = """\
+import time
+
+import pytest
+import torch
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_slow(regression, index):
+    time.sleep(0.5)
+    regression.check(torch.full((4,), float(index)), name="value")
 """
 
 NEW_FILE = """\
@@ -191,3 +209,33 @@ def test_a_recording_that_fails_before_it_hands_a_case_over_stops_the_run_said_o
     assert "tests/test_subj.py::test_forward: the run stopped before it: the recording at " \
            f"{broken[:12]} failed in tests/test_more.py::test_more" in text, text
     assert "INTERNALERROR" not in text and text.count("Traceback") == 1, text
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_recording_and_checking_keeps_what_was_stored(tmp_path: Path) -> None:
+    """Ctrl-C reaches both processes: the recording stores what it finished, the check
+    run says so, and the worktree goes; the next run records only the rest."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/test_many.py", MANY_SLOW_CASES)
+    repo.commit("many slow cases")
+    test = subprocess.Popen([sys.executable, "-m", "invoke", "test"], cwd=repo.path,
+                            env=repo.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while len(list(repo.cache.glob("*/cases/*.safetensors"))) < 3:  # three cases staged
+        assert test.poll() is None and time.monotonic() < deadline, test.communicate()[0]
+        time.sleep(0.05)
+    os.killpg(test.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
+    text = test.communicate(timeout=300)[0]
+    assert test.returncode not in (0, None), text
+    said = re.search(r"recording interrupted: (\d+) of 13 cases were stored and are kept; "
+                     r"`invoke gen` records the rest\.", text)
+    assert said, text
+    kept = int(said.group(1))
+    assert 3 <= kept < 13, text
+    assert "INTERNALERROR" not in text, text
+    assert len(repo.git("worktree", "list").splitlines()) == 1
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert f"recording {13 - kept} of 13 cases" in done.stdout, output(done)
+    assert "13 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
