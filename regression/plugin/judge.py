@@ -8,6 +8,7 @@ the run needs of it (its outcome, in a few lines) is in the ledger.
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Generator
 
@@ -43,6 +44,9 @@ class Judge:
         self.helper_digests: dict[Path, str] = {}
         """Each helper file's digest, read once per run for every case that uses it."""
         self.error_reasons: dict[str, str] = {}
+        self.waited: dict[str, float] = {}
+        """Seconds a case waited for its reference from the recording beside the run: not
+        the case's own time, which shards are balanced by."""
         self.failed_on_outputs: set[str] = set()
         """Cases under way that pytest_runtest_call failed because their outputs differ."""
 
@@ -78,12 +82,15 @@ class Judge:
         entry, label = prepared.entry, self.check.label
         underway = prepared.underway
         if underway is not None and underway.covers(item.nodeid):
+            began = time.perf_counter()
             try:
                 record = underway.record_of(item.nodeid)
             except RegressionError:  # said once, at the end of the run
                 self._stop(item, f"the recording at {label} failed")
                 return None, (f"no reference: the recording at {label} failed (its error "
                               "ends this run's output)")
+            finally:
+                self.waited[item.nodeid] = time.perf_counter() - began
             if record is not None:
                 return record, self._stale(record, item)
         if not entry.exists():
@@ -141,8 +148,9 @@ class Judge:
         report = yield
         case = uses_fixture(item)
         if case:
-            durations = self.ledger.durations
-            durations[item.nodeid] = durations.get(item.nodeid, 0.0) + report.duration
+            durations = self.ledger.durations  # not the wait for the recording beside it
+            durations[item.nodeid] = durations.get(item.nodeid, 0.0) + max(
+                0.0, report.duration - self.waited.pop(item.nodeid, 0.0))
         if call.excinfo is not None:
             roots = (self.check.config.rootpath.resolve(),)
             error = call.excinfo.value
