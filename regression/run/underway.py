@@ -153,11 +153,17 @@ class Underway:
             self.cases_pipe = -1
 
     def cancel(self) -> None:
-        """Nothing is to be recorded after all: the recording, told no case, ends."""
+        """Nothing is to be recorded after all: the recording, which has stored nothing and
+        holds no lock, is stopped (whatever it was starting: conftests, torch) and let go."""
         if self.ended is None and self.error is None:
             self.ended = Generation()
             self._close_cases()
-            self.child.wait()
+            self.child.terminate()
+            try:
+                self.child.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                self.child.kill()
+                self.child.wait()
             self.handoff.close()
             self.stack.close()
 
