@@ -19,7 +19,8 @@ from regression.plugin.common import exception_reason, report_reason, traceback_
     uses_fixture
 from regression.plugin.relay import in_worker
 from regression.report import largest_relative
-from regression.plugin.verdict import FAIL, NOTE, SKIP, Case, Verdict, fixture_verdict, verdict
+from regression.plugin.verdict import FAIL, NOTE, SKIP, Case, Verdict, changes_nothing, \
+    fixture_verdict, verdict
 
 if TYPE_CHECKING:
     from regression.plugin.check import Check
@@ -174,6 +175,8 @@ class Judge:
     def _judge(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """Give a phase's report of a case its verdict: a case ends identical, changed,
         error, not in reference or nondeterministic, whatever marks and fixtures say."""
+        if changes_nothing(report.when, report.outcome):
+            return  # a setup or teardown that passed: its verdict keeps it as it is
         found = verdict(self._case(item, report))
         if found.outcome is not None:
             self.ledger.judge(found.outcome)
@@ -182,7 +185,8 @@ class Judge:
     def _case(self, item: pytest.Item, report: pytest.TestReport) -> Case:
         """What is known of the case as this phase of it is reported."""
         nodeid, sink = item.nodeid, self.sinks.get(item.nodeid)
-        reason = self.error_reasons.get(nodeid) or report_reason(report)
+        reason = "" if report.passed else \
+            self.error_reasons.get(nodeid) or report_reason(report)  # only a failure's is told
         base = Case(nodeid, report.when, report.outcome, self.check.label, reason,
                     self.check.strict, self.ledger.outcome_of(nodeid), sink is not None)
         if sink is None:

@@ -79,6 +79,13 @@ class Verdict:
     message: str = ""
 
 
+def changes_nothing(when: str, report: str) -> bool:
+    """Whether every phase reported so is kept as it is, with no outcome, whatever else is
+    known of the case (verdict() says so too): a setup or teardown that passed. Most
+    phases are such; the judge skips gathering their facts."""
+    return when != "call" and report == "passed"
+
+
 def verdict(case: Case) -> Verdict:
     """The verdict of one reported phase of a regression case."""
     if case.when == "call" and case.fixture:

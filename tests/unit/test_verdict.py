@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from regression.plugin.verdict import ABSENT, CHECKED_NOTHING, FAIL, FOREIGN_FIXTURE, KEEP, \
-    NOTE, RECORDED, SKIP, UNREPRODUCED, Case, Verdict, fixture_verdict, verdict
+    NOTE, RECORDED, SKIP, UNREPRODUCED, Case, Verdict, changes_nothing, fixture_verdict, \
+    verdict
 from regression.report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
 from regression.store import cache
 
@@ -203,3 +204,27 @@ def test_no_row_lets_a_recorded_case_that_did_not_run_to_its_checks_pass() -> No
                 assert passes == (report == "passed" and checked and not unchecked), found
                 if not passes:
                     assert found.action == FAIL or report == "failed", found
+
+
+# The judge skips gathering the facts of a phase that changes_nothing() names: verdict()
+# must keep every such phase as it is, whatever the facts.
+
+FACTS = [{}, {"fixture": True}, {"status": RECORDED}, {"status": ABSENT},
+         {"status": UNREPRODUCED}, {"judged": IDENTICAL}, {"judged": ERROR},
+         {"judged": NEW, "strict": True}, {"failure": FAILURE, "checked": True},
+         {"status": RECORDED, "unchecked": ("other",), "fixture": True}]
+
+
+@pytest.mark.parametrize("when", ["setup", "call", "teardown"])
+@pytest.mark.parametrize("report", ["passed", "failed", "skipped"])
+def test_a_phase_that_changes_nothing_keeps_its_report_whatever_is_known(when: str,
+                                                                       report: str) -> None:
+    if changes_nothing(when, report):
+        assert {verdict(phase(when, report, **facts)) for facts in FACTS} == {Verdict(None)}
+
+
+def test_a_passed_setup_or_teardown_changes_nothing_and_a_call_is_judged() -> None:
+    assert changes_nothing("setup", "passed") and changes_nothing("teardown", "passed")
+    assert not any(changes_nothing("call", report) for report in ("passed", "failed",
+                                                                  "skipped"))
+    assert not changes_nothing("setup", "skipped") and not changes_nothing("setup", "failed")
