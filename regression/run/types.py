@@ -6,6 +6,7 @@ build on these; this module imports only the cores below it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -28,7 +29,7 @@ class Reference:
     revision: str
     sha: str
 
-    @property
+    @cached_property  # asked for by every phase of every case
     def label(self) -> str:
         from regression.revision import describe
 
