@@ -173,6 +173,8 @@ class Finish:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """The very end of the run: the last word on its exit status, and in a run invoke
         started, the record without which it does not pass."""
+        if self.job is not None:
+            self.job.close_journal()
         if in_worker(config) or not self.finished or self.session is None:
             return
         gen_only = self.check.gen_only

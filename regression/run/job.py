@@ -119,16 +119,18 @@ class _Job(Generic[R]):
         next instant (os._exit) has still written it. Appends of one line do not interleave,
         so xdist workers may share the file. A journal that cannot be written only costs
         the name of the test an early end happened in."""
-        try:
-            handle = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        except OSError:
+        handle = _journal_handle(self.result + ".journal")
+        if handle is None:
             return
         try:
             os.write(handle, (line.replace("\n", " ") + "\n").encode())
         except OSError:
             pass
-        finally:
-            os.close(handle)
+
+    def close_journal(self) -> None:
+        """The run has ended: no more notes from this process."""
+        if _JOURNAL and _JOURNAL[0][:2] == (self.result + ".journal", os.getpid()):
+            _close_journal()
 
     def read_journal(self) -> list[str]:
         """The journal's lines; none when the run wrote none."""
@@ -136,6 +138,34 @@ class _Job(Generic[R]):
             return self.journal.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return []
+
+
+_JOURNAL: list[tuple[str, int, int]] = []
+"""The journal this process appends to, (path, process id, descriptor), open for the run:
+opening it for each of the two notes of every case cost more than the notes."""
+
+
+def _journal_handle(path: str) -> int | None:
+    """A descriptor that appends to the journal `path`; None when it cannot be opened."""
+    if _JOURNAL and _JOURNAL[0][:2] == (path, os.getpid()):
+        return _JOURNAL[0][2]
+    _close_journal()
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    _JOURNAL[:] = [(path, os.getpid(), handle)]
+    return handle
+
+
+def _close_journal() -> None:
+    """Close the journal descriptor this process holds, its own or a fork's copy."""
+    if _JOURNAL:
+        try:
+            os.close(_JOURNAL[0][2])
+        except OSError:
+            pass
+    _JOURNAL.clear()
 
 
 @dataclass(frozen=True)

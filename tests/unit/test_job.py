@@ -4,6 +4,7 @@ results and errors, each field checked as it is read."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,32 @@ def test_a_job_without_its_reference_or_with_an_unknown_policy_is_refused(
     (tmp_path / "job.json").write_text(json.dumps({**data, "gen": "sometimes"}))
     with pytest.raises(Exception, match="gen 'sometimes' is none of auto, never, only"):
         current_job()
+
+
+def test_the_journal_holds_every_note_in_order_across_jobs_and_after_it_is_closed(
+        tmp_path: Path) -> None:
+    first = CheckJob(_reference(tmp_path), str(tmp_path / "first.json"))
+    second = CheckJob(_reference(tmp_path), str(tmp_path / "second.json"))
+    first.note("start a\nsplit")
+    first.note("end a")
+    second.note("start b")
+    first.note("start c")
+    first.close_journal()
+    first.note("end c")
+    second.close_journal()
+    assert first.read_journal() == ["start a split", "end a", "start c", "end c"]
+    assert second.read_journal() == ["start b"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_note_is_in_the_journal_even_if_the_process_ends_at_once(tmp_path: Path) -> None:
+    job = CheckJob(_reference(tmp_path), str(tmp_path / "result.json"))
+    job.note("start in the parent")  # a fork inherits the parent's descriptor
+    child = os.fork()
+    if child == 0:
+        job.note("start t::a")
+        os._exit(0)  # no flush, no atexit, no finally
+    os.waitpid(child, 0)
+    job.note("end in the parent")
+    job.close_journal()
+    assert job.read_journal() == ["start in the parent", "start t::a", "end in the parent"]
