@@ -71,15 +71,25 @@ class TreeWatch:
         return os.path.realpath(joined) if os.path.islink(joined) else os.path.normpath(joined)
 
     def saw_mappings(self, maps: Path = Path("/proc/self/maps")) -> None:
-        """Note the project's files mapped into this process (safetensors maps its files)."""
+        """Note the project's files mapped into this process (safetensors maps its files).
+
+        Read after every case, so only the lines that hold the project's path are parsed
+        (a torch process maps some 350 regions): a line names a file of the project only
+        if it holds the project's path, and each such line is then parsed in full.
+        """
         try:
-            lines = maps.read_text(encoding="utf-8", errors="replace").splitlines()
+            data = maps.read_bytes()
         except OSError:
             return  # no /proc (macOS): only the audit events count
-        for line in lines:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].startswith(self.prefix):
-                self.saw(fields[5].removesuffix(" (deleted)"), "read")
+        prefix = os.fsencode(self.prefix)
+        found = data.find(prefix)
+        while found != -1:
+            end = data.find(b"\n", found)
+            end = len(data) if end == -1 else end
+            fields = data[data.rfind(b"\n", 0, found) + 1:end].split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith(prefix):
+                self.saw(os.fsdecode(fields[5].removesuffix(b" (deleted)")), "read")
+            found = data.find(prefix, end)
 
     def saw_modules(self) -> None:
         """Note the files of modules loaded before the watch began (plugins, pytest's own)."""

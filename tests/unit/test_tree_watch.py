@@ -1,0 +1,84 @@
+"""Tests of regression.plugin.tree_watch's look at the files mapped into the process: a file
+of the user's tree that native code mapped is seen, whatever else the maps list."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[TreeWatch]:
+    """An active watch of a project with a subject folder and tests."""
+    project = tmp_path / "project"
+    for name in ("subj", "tests"):
+        (project / name).mkdir(parents=True)
+    watch = TreeWatch(project, [], [], [project / "subj"], [project / "tests"])
+    watch_tree(watch)
+    try:
+        yield watch
+    finally:
+        stop_watching()
+
+
+def test_a_file_mapped_without_an_audit_event_is_seen(watched: TreeWatch) -> None:
+    if not Path("/proc/self/maps").is_file():
+        pytest.skip("no /proc/self/maps here")
+    weights = watched.project / "subj" / "weights.bin"
+    weights.write_bytes(b"w" * 8192)
+    stop_watching()  # opened and mapped as native code would: no event reaches the watch
+    handle = os.open(weights, os.O_RDONLY)
+    try:
+        mapped = mmap.mmap(handle, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(handle)
+    watch_tree(watched)
+    try:
+        assert watched.seen == {}
+        watched.saw_mappings()
+    finally:
+        mapped.close()
+    assert watched.sorted_out([])[0] == {"subj/weights.bin": "read; the subject's"}
+
+
+def test_every_line_that_maps_a_project_file_counts_and_no_other(watched: TreeWatch,
+                                                                  tmp_path: Path) -> None:
+    project = watched.project
+    names = ("a.bin", "with space.bin", "gone.bin", "last.bin", "twice.bin")
+    for name in names:
+        (project / "subj" / name).write_bytes(b"0")
+    outside = tmp_path / "elsewhere" / str(project).lstrip("/") / "subj" / "x.bin"
+    maps = tmp_path / "maps"
+    maps.write_bytes(
+        f"7f00-7f01 r--s 00000000 08:01 42   {project}/subj/a.bin\n"
+        "7f01-7f02 r-xp 00000000 08:01 43   /usr/lib/libc.so.6\n"
+        f"7f02-7f03 r--p 00000000 08:01 44   {project}/subj/with space.bin\n"
+        f"7f03-7f04 r--p 00000000 08:01 45   {outside}\n"
+        "7f04-7f05 rw-p 00000000 00:00 0 \n"
+        f"7f05-7f06 r--p 00000000 08:01 46   {project}/subj/gone.bin (deleted)\n"
+        f"7f06-7f07 r--p 00000000 08:01 47   {project}/subj/twice.bin\n"
+        f"7f07-7f08 r--p 00001000 08:01 47   {project}/subj/twice.bin\n"
+        f"7f08-7f09 r--p 00000000 08:01 48   {project}/subj/last.bin".encode())
+    watched.saw_mappings(maps)
+    assert watched.sorted_out([])[0] == {f"subj/{name}": "read; the subject's"
+                                         for name in names}
+
+
+def test_a_project_path_outside_the_path_field_is_no_mapping(watched: TreeWatch,
+                                                             tmp_path: Path) -> None:
+    (watched.project / "subj" / "a.bin").write_bytes(b"0")
+    maps = tmp_path / "maps"
+    maps.write_bytes(f"{watched.project}/subj/a.bin r--p 0 08:01 42\n".encode())
+    watched.saw_mappings(maps)
+    assert watched.seen == {}
+
+
+def test_no_maps_to_read_is_no_error(watched: TreeWatch, tmp_path: Path) -> None:
+    watched.saw_mappings(tmp_path / "absent")
+    assert watched.seen == {}
