@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import torch
 
@@ -205,10 +204,9 @@ def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> t
         raise StoreError(f"safetensors cannot store these tensors ({', '.join(dtypes)}): "
                          f"{problem}")
     with temporary_file(folder, stem) as temporary:
-        with open(temporary, "wb") as stream:
-            content_digest = _write(stream, tensors)
+        content_digest = _write(temporary, tensors)
         name = f"{stem}.{content_digest[:16]}.safetensors"
-        os.replace(temporary, folder / name)
+        temporary.replace(folder / name)
     return name, content_digest
 
 
@@ -223,6 +221,10 @@ def unwritable(name: str, tensor: torch.Tensor) -> str:
     return ""
 
 
+class _Writer(Protocol):
+    def write(self, data: bytes | memoryview, /) -> int: ...
+
+
 class _Nowhere:
     """A stream that keeps nothing: for a digest of what a file would hold."""
 
@@ -233,10 +235,10 @@ class _Nowhere:
 def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
     """The content hash `save_tensors` would give these (contiguous, storable) tensors,
     without writing them anywhere."""
-    return _write(_Nowhere(), tensors)  # type: ignore[arg-type]
+    return _write(_Nowhere(), tensors)
 
 
-def _write(stream: IO[bytes], tensors: dict[str, torch.Tensor]) -> str:
+def _write(stream: _Writer, tensors: dict[str, torch.Tensor]) -> str:
     """Write the file's bytes to `stream`; returns their content hash."""
     header, slots = build_header([(n, _NAMES[t.dtype], tuple(t.shape))
                                   for n, t in tensors.items()])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import stat
@@ -50,9 +49,39 @@ def write_error(path: Path, exc: OSError, action: str = "write") -> CacheWriteEr
     return CacheWriteError(str(path), f"cannot {action} {path}: {reason}")
 
 
+class Temporary:
+    """A new file open for writing, each write straight to its descriptor (no buffer, and
+    no second open), then renamed into place."""
+
+    def __init__(self, handle: int, path: Path) -> None:
+        self.handle = handle
+        self.path = path
+        self.replaced = False
+
+    def write(self, data: bytes | memoryview) -> int:
+        """Write all of `data`; the number of bytes, as a stream's write() returns."""
+        with memoryview(data) as view, view.cast("B") as octets:
+            done = 0
+            while done < len(octets):
+                done += os.write(self.handle, octets[done:])
+            return done
+
+    def close(self) -> None:
+        if self.handle >= 0:
+            handle, self.handle = self.handle, -1
+            os.close(handle)
+
+    def replace(self, target: Path) -> None:
+        """Close the file and rename it to `target`: readers see all of it, or the old one."""
+        self.close()
+        os.replace(self.path, target)
+        self.replaced = True
+
+
 @contextmanager
-def temporary_file(folder: Path, name: str) -> Iterator[Path]:
-    """A new hidden file in `folder` to write and then rename; removed if it is left over.
+def temporary_file(folder: Path, name: str) -> Iterator[Temporary]:
+    """A new hidden file in `folder`, open, to write and then rename (Temporary.replace);
+    removed if it is left over.
 
     An OSError while it is made, written or renamed (a full disk, a read-only folder) becomes
     a CacheWriteError that names `folder / name`.
@@ -60,20 +89,21 @@ def temporary_file(folder: Path, name: str) -> Iterator[Path]:
     target = folder / name
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        handle, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     except OSError as exc:
         raise write_error(target, exc) from None
+    temporary = Temporary(handle, Path(path))
     try:
-        try:
-            os.fchmod(handle, 0o666 & ~umask())  # mkstemp makes 0600; honour the umask instead
-        finally:
-            os.close(handle)
-        yield Path(temporary)
+        os.fchmod(handle, 0o666 & ~umask())  # mkstemp makes 0600; honour the umask instead
+        yield temporary
     except OSError as exc:
         raise write_error(target, exc) from None
     finally:
-        with suppress(OSError):  # a hidden .tmp file left behind is never read
-            Path(temporary).unlink(missing_ok=True)
+        with suppress(OSError):
+            temporary.close()
+        if not temporary.replaced:
+            with suppress(OSError):  # a hidden .tmp file left behind is never read
+                temporary.path.unlink(missing_ok=True)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -83,8 +113,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     torn by a power cut fails the content hash every reader checks, and is never trusted.
     """
     with temporary_file(path.parent, path.name) as temporary:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
+        temporary.write(data)
+        temporary.replace(path)
 
 
 def umask() -> int:
@@ -135,6 +165,11 @@ def read_checked(path: Path, expected_digest: str) -> bytearray:
 def open_regular(path: Path) -> int:
     """A descriptor to read `path`, opened only if it is a regular file: never through a link,
     and never a FIFO (opening one waits for a writer) or a device (opening one can act)."""
+    return _opened_regular(path)[0]
+
+
+def _opened_regular(path: Path) -> tuple[int, int]:
+    """open_regular's descriptor, and the file's size as it was opened."""
     try:
         _require_regular(path, os.lstat(path).st_mode)  # anything else is never opened
         handle = os.open(path, _READ_FLAGS)
@@ -143,11 +178,12 @@ def open_regular(path: Path) -> int:
     except OSError as exc:
         raise _read_error(path, exc) from None
     try:
-        _require_regular(path, os.fstat(handle).st_mode)  # swapped in since the lstat
+        found = os.fstat(handle)
+        _require_regular(path, found.st_mode)  # swapped in since the lstat
     except BaseException:
         os.close(handle)
         raise
-    return handle
+    return handle, found.st_size
 
 
 def _require_regular(path: Path, mode: int) -> None:
@@ -167,39 +203,54 @@ def _read_error(path: Path, exc: OSError) -> StoreError:
 def read_regular(path: Path, limit: int | None = None) -> bytearray:
     """A regular file's bytes in a buffer of its size, filled in place (no second copy);
     StoreError, before reading, for a file of more than `limit` bytes."""
-    handle = open_regular(path)
+    handle, size = _opened_regular(path)
     try:
-        with open(handle, "rb", buffering=0) as stream:
-            size = os.fstat(handle).st_size
-            if limit is not None and size > limit:
-                raise StoreError(f"{path} cannot be read: it is {size} bytes, more than any "
-                                 f"file of its kind the cache writes ({limit})")
-            return _fill(path, stream, bytearray(size))
+        if limit is not None and size > limit:
+            raise StoreError(f"{path} cannot be read: it is {size} bytes, more than any "
+                             f"file of its kind the cache writes ({limit})")
+        return _fill(path, handle, bytearray(size))
     except OSError as exc:
         raise _read_error(path, exc) from None
+    finally:
+        os.close(handle)
 
 
-def _fill(path: Path, stream: io.FileIO, data: bytearray) -> bytearray:
-    """`data` filled from `stream`, which must hold exactly as many bytes, no more."""
+def _fill(path: Path, handle: int, data: bytearray) -> bytearray:
+    """`data` filled from `handle`, which must hold exactly as many bytes, no more: each
+    read asks for one byte more than is left, so a file that grew says so in the same call
+    (every file is read after each case: a call fewer is worth it)."""
+    beyond = bytearray(1)
     with memoryview(data) as view:
         filled = 0
-        while filled < len(data) and (count := stream.readinto(view[filled:])):
+        while count := os.readv(handle, [view[filled:], beyond]):
             filled += count
-    if filled < len(data) or stream.read(1):
+            if filled >= len(data):
+                break
+    if filled != len(data):
         raise StoreError(f"{path} changed while it was read")
     return data
+
+
+WHOLE = 1 << 20
+"""Bytes of a tensor file verified from one read of it; a larger one is streamed."""
 
 
 def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
     """The tensor names of a safetensors file, after checking its hash and layout in one
     streaming pass, without torch and without unpickling; memory stays small whatever the
     file's size."""
-    handle = open_regular(path)
+    handle, size = _opened_regular(path)
     try:
-        with open(handle, "rb") as stream:
-            content_digest, header, size = _hash_with_header(path, stream)
+        if size <= WHOLE:  # most are small: one read, no stream
+            data = bytes(_fill(path, handle, bytearray(size)))
+            content_digest, header = digest(data), data[:LENGTH_BYTES + _length_or_0(data)]
+        else:
+            with open(handle, "rb", closefd=False) as stream:
+                content_digest, header, size = _hash_with_header(path, stream)
     except OSError as exc:
         raise _read_error(path, exc) from None
+    finally:
+        os.close(handle)
     if content_digest != expected_digest:
         raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
     try:
@@ -208,6 +259,14 @@ def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
     except ValueError as exc:
         raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
     return {slot.name for slot in slots}
+
+
+def _length_or_0(data: bytes) -> int:
+    """The header length a file's first bytes give; 0 when they give none that fits."""
+    try:
+        return header_length(data[:LENGTH_BYTES], len(data))
+    except ValueError:
+        return 0  # not a safetensors file: reported once the hash is known to match
 
 
 def _hash_with_header(path: Path, stream: IO[bytes], chunk: int = 1 << 20

@@ -16,6 +16,8 @@ from safetensors.torch import save
 from crafted_files import CRAFTED, craft, entry
 from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from regression.store.files import (
+    _fill,
+    _opened_regular,
     dump_verified,
     load_verified,
     read_checked,
@@ -152,7 +154,7 @@ def test_a_failed_write_says_why_in_words_and_names_file_and_folder(
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError(code, os.strerror(code))
 
-    target = {"make": (tempfile, "mkstemp"), "write": (Path, "write_bytes"),
+    target = {"make": (tempfile, "mkstemp"), "write": (os, "write"),
               "rename": (os, "replace")}[step]
     monkeypatch.setattr(*target, fail)
     with pytest.raises(kind) as raised:
@@ -186,6 +188,41 @@ def test_verify_safetensors_refuses_other_content_with_its_right_digest(
     (tmp_path / "t.safetensors").write_bytes(content)
     with pytest.raises(StoreError, match="not a valid safetensors file"):
         verify_safetensors(tmp_path / "t.safetensors", digest(content))
+
+
+@pytest.mark.parametrize("whole", [1 << 20, 0], ids=["read-whole", "streamed"])
+def test_verify_safetensors_says_the_same_whether_read_whole_or_streamed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: int) -> None:
+    monkeypatch.setattr("regression.store.files.WHOLE", whole)
+    data, path = safetensors_bytes(), tmp_path / "t.safetensors"
+    path.write_bytes(data)
+    assert verify_safetensors(path, digest(data)) == {"t0", "t1"}
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        verify_safetensors(path, digest(data[:-1]))
+    for content in (b"", b"12345678", data[:-4], b"{" + data):
+        path.write_bytes(content)
+        with pytest.raises(StoreError, match="not a valid safetensors file"):
+            verify_safetensors(path, digest(content))
+
+
+@pytest.mark.parametrize("change", [b"more", None], ids=["grew", "shrank"])
+def test_a_file_that_changes_size_once_opened_is_refused(tmp_path: Path,
+                                                         change: bytes | None) -> None:
+    path = tmp_path / "file.bin"
+    path.write_bytes(b"x" * 100)
+    handle, size = _opened_regular(path)
+    try:
+        with open(path, "r+b") as stream:
+            if change is None:
+                stream.truncate(60)
+            else:
+                stream.seek(0, os.SEEK_END)
+                stream.write(change)
+        with pytest.raises(StoreError, match="changed while it was read"):
+            _fill(path, handle, bytearray(size))
+    finally:
+        os.close(handle)
+    assert read_checked(path, digest(path.read_bytes())) == path.read_bytes()
 
 
 def test_verify_safetensors_of_a_missing_file_is_a_store_error(tmp_path: Path) -> None:
