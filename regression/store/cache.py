@@ -277,15 +277,17 @@ class Entry:
         """A case's record, checked to decode fully, and the tensor names its values use;
         None when absent, StoreError when untrusted."""
         path = self.case_path(nodeid)
-        if not os.path.lexists(path):
+        found = stamp(path)  # one call for both: whether it is there, and its stamp
+        if found is None and not os.path.lexists(path):
             return None
-        return self._load_once(path, lambda p: checked_body(p, nodeid, self.key))
+        return self._load_once(path, lambda p: checked_body(p, nodeid, self.key), found)
 
-    def _load_once(self, path: Path, load: Callable[[Path], T]) -> T:
+    def _load_once(self, path: Path, load: Callable[[Path], T],
+                   before: Stamp | None = None) -> T:
         """load(path), verified once in a run: a case is planned and then checked, and both
         read its record. The file is read again if its stamp (inode, size, times) changed,
         as any rewrite (always a new file, renamed into place) or edit changes it."""
-        before = stamp(path)
+        before = before or stamp(path)
         known = self._verified.get(path)
         if known is not None and before is not None and known[0] == before:
             return known[1]  # type: ignore[no-any-return]

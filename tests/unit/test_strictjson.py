@@ -43,3 +43,17 @@ def test_what_exceeds_the_bounds_is_a_value_error_saying_what(text: bytes, messa
 def test_text_that_is_not_json_is_a_decode_error() -> None:
     with pytest.raises(json.JSONDecodeError):
         loads(b"{not json", 4)
+
+
+@pytest.mark.parametrize(("text", "limit", "deep"), [
+    (b"[[[[]]]]", 4, False), (b"[[[[[]]]]]", 4, True), (b'[{"a": [{}]}]', 4, False),
+    (b'[{"a": [{"b": []}]}]', 4, True), (b'["[[[[[[", {"x": "{{{{"}]', 4, False),
+    (b"[" * 300 + b"]" * 300, 299, True), (b"[" * 300 + b"]" * 300, 300, False),
+])
+def test_only_nesting_deeper_than_the_limit_is_refused_however_many_brackets(
+        text: bytes, limit: int, deep: bool) -> None:
+    if deep:
+        with pytest.raises(ValueError, match="nests too deeply"):
+            loads(text, limit)
+    else:
+        assert loads(text, limit) == json.loads(text)
