@@ -234,7 +234,8 @@ class Check:
         self.ledger.label = self.prepared.label
         keep = [i for i in items if (i.nodeid in self.prepared.chosen if uses_fixture(i)
                                      else self.prepared.others) and not self.gen_only]
-        left_out = [i for i in items if i not in keep]
+        keeping = set(keep)  # a list would cost time in the square of the items
+        left_out = [i for i in items if i not in keeping]
         if left_out:
             config.hook.pytest_deselected(items=left_out)
         items[:] = keep

@@ -204,7 +204,8 @@ class Recording:
         self.test_modules |= {i.path for i in items}
         wanted = [i for i in items if i.nodeid in self.job.cases and uses_fixture(i)
                   and not self.failed]
-        unwanted = [i for i in items if i not in wanted]
+        chosen = set(wanted)  # a list would cost time in the square of the items
+        unwanted = [i for i in items if i not in chosen]
         if unwanted:
             config.hook.pytest_deselected(items=unwanted)
         items[:] = wanted
