@@ -5,7 +5,7 @@ Builds the synthetic suite (bench/synthetic.py: N cases, each checking one float
 
 - plain: pytest with the plugin off and a stand-in fixture whose check() does nothing,
 - warm:  `invoke test` with every reference cached,
-- cold:  `invoke test` with an empty cache (records in a worktree, then checks).
+- cold:  `invoke test` with an empty cache (records in a worktree beside the check run).
 
 Each run is one process tree under GNU time, which gives its wall time and its peak resident
 memory (the largest process of the tree). Printed per size, medians of the rounds: time per
