@@ -69,6 +69,10 @@ class Settings:
     pins: Mapping[str, int] = field(default_factory=dict)
     digest_above: int | None = None
     """storage.digest_above: tensors of more bytes are stored as digests (None: never)."""
+    record_beside_check: bool = True
+    """A check run records what it lacks beside its cases, each checked as soon as its
+    reference is stored; off: it records first (default off with device: cuda, where the
+    two runs would share the GPU's memory)."""
 
     @property
     def root(self) -> Path:
@@ -185,7 +189,8 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
             deterministic_algorithms=determinism.boolean("deterministic_algorithms", True),
             repeat=determinism.integer("repeat", 1, minimum=1, maximum=MAX_REPEAT),
         ),
-        device=reader.choice("device", DEVICES, "cpu"),
+        device=(device := reader.choice("device", DEVICES, "cpu")),
+        record_beside_check=reader.boolean("record_beside_check", device == "cpu"),
         fingerprint_packages=fingerprint.distributions("packages"),
         fingerprint_exclude=fingerprint.distributions("exclude_packages"),
         cache_dir_setting=reader.cache_dir("cache_dir", path.parent),

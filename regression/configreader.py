@@ -18,7 +18,8 @@ SETTING_NAMES = frozenset({
     "reference", "references", "subject", "packages", "path", "tests", "harness",
     "determinism", "seed", "threads", "deterministic_algorithms", "repeat", "device",
     "fingerprint", "exclude_packages",
-    "cache_dir", "shards", "durations", "pins", "storage", "digest_above"})
+    "cache_dir", "shards", "durations", "pins", "storage", "digest_above",
+    "record_beside_check"})
 """Every setting's name, in any section: a set one is never taken for a misspelling."""
 
 

@@ -17,6 +17,7 @@ from regression.run.job import GEN_AUTO
 if TYPE_CHECKING:
     from regression.config import Settings
     from regression.plugin.check import Check
+    from regression.run.types import Generation, Suite
     from regression.run.underway import Underway
 
 
@@ -37,7 +38,8 @@ class Alongside:
         the environment's key, once they are known. Not where the run has xdist workers, or
         would record in workers or several times."""
         job, known = self.check.job, self.check.config.known_args_namespace
-        if job is None or job.gen != GEN_AUTO or job.repeat > 1 \
+        if job is None or not settings.record_beside_check or job.gen != GEN_AUTO \
+                or job.repeat > 1 \
                 or settings.determinism.repeat > 1 or getattr(known, "numprocesses", None) \
                 or getattr(known, "tx", None) or getattr(known, "collectonly", False) \
                 or getattr(known, "regression_no_gen", False):
@@ -67,8 +69,8 @@ class Alongside:
         """Once the cases have run (or the run was cut short), the recording ends."""
         try:
             return (yield)
-        except KeyboardInterrupt:
-            self._end(interrupted=True)
+        except KeyboardInterrupt as stop:  # Ctrl-C reached the recording too; not pytest's
+            self._end(interrupted=not isinstance(stop, pytest.Session.Interrupted))
             raise
         finally:
             self._end()
@@ -90,6 +92,8 @@ class Alongside:
         except RegressionError as exc:
             self._unproven(underway.handed, exc)
             return
+        if generation.doubtful and underway.suite is not None:
+            generation = self._record_alone(underway.suite, generation)
         check.prepared = replace(check.prepared, generation=generation)
         self.lines = [*([underway.note] if underway.note else []),
                       *generation_lines(generation)]
@@ -97,6 +101,33 @@ class Alongside:
             for line in self.lines:
                 check.relay.echo(line)
         check.write_result()
+
+    def _record_alone(self, suite: Suite, generation: Generation) -> Generation:
+        """Cases that failed or skipped at the reference while this run checked beside the
+        recording are recorded again, alone, now that this run's cases (and its session's
+        fixtures) have ended: the two runs may have clashed (a port, a lock, memory), which
+        is no reason to call a case "not in reference". One that runs alone is stored, and
+        this run, which judged it against no reference, calls it an error."""
+        from regression.run.generation import generate
+
+        check, doubtful = self.check, generation.doubtful
+        try:
+            again = generate(replace(suite, cases={n: suite.cases[n] for n in doubtful}),
+                             echo=check.relay.echo)
+        except RegressionError as exc:
+            for nodeid, reason in doubtful.items():
+                check.ledger.judge(CaseOutcome(nodeid, ERROR, (
+                    f"{reason} while this run checked beside the recording, and recording "
+                    f"it again alone failed: {exc}")))
+            return generation
+        for nodeid in again.recorded:
+            check.ledger.judge(CaseOutcome(nodeid, ERROR, (
+                f"{doubtful[nodeid]} while this run checked beside the recording, but "
+                "recorded alone it ran, and is stored now: run again to check it (did the "
+                "two runs clash over a port, a lock or memory? `record_beside_check: false` "
+                "in config.yaml records first)")))
+        return replace(generation, recorded=[*generation.recorded, *again.recorded],
+                       absent={**generation.absent, **again.absent}, doubtful={})
 
     def _unproven(self, checked: set[str], error: RegressionError) -> None:
         """The recording failed: each case checked against what it handed over is an error,

@@ -323,7 +323,8 @@ class Check:
         early = self.alongside.take_early()
         prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
                            self.relay.echo, record=not no_gen,
-                           overlap=not self.gen_only and not in_worker(self.config),
+                           overlap=settings.record_beside_check and not self.gen_only
+                           and not in_worker(self.config),
                            early=early)
         generation = prepared.generation
         if generation is not None and not self.gen_only and \

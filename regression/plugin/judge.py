@@ -7,8 +7,8 @@ the run needs of it (its outcome, in a few lines) is in the ledger.
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Generator
 
@@ -85,7 +85,7 @@ class Judge:
         if underway is not None and underway.covers(item.nodeid):
             began = time.perf_counter()
             try:
-                record = underway.record_of(item.nodeid)
+                record = underway.record_of(item.nodeid, self._say)
             except RegressionError:  # said once, at the end of the run
                 self._stop(item, f"the recording at {label} failed")
                 return None, (f"no reference: the recording at {label} failed (its error "
@@ -106,6 +106,16 @@ class Judge:
         if record is None:
             return None, f"no reference is recorded for this case at {label}; {FIX}"
         return record, self._stale(record, item)
+
+    def _say(self, line: str) -> None:
+        """A line for the user while a case runs: past pytest's capture, to the terminal."""
+        config = self.check.config
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if capture is None:
+            self.check.relay.echo(line)
+            return
+        with capture.global_and_fixture_disabled():
+            self.check.relay.echo(line)
 
     def _stop(self, item: pytest.Item, why: str) -> None:
         """No case after this one can be checked: the run stops, and says why."""
@@ -211,7 +221,7 @@ class Judge:
         assert prepared is not None
         underway = prepared.underway
         try:
-            record = underway.record_of(case.nodeid) if underway is not None else None
+            record = underway.record_of(case.nodeid, self._say) if underway else None
             record = record or prepared.entry.load_case(case.nodeid)
         except RegressionError as exc:
             return replace(case, stored_reason=str(exc))

@@ -60,10 +60,15 @@ class Record:
                 self._hand_over_absent(nodeid, reason)
 
     def _hand_over_absent(self, nodeid: str, reason: str) -> None:
-        if self.handoff >= 0:
+        if self.handoff >= 0 and not self.problem:
             record = CaseRecord(nodeid, self.recording.job.cases[nodeid], status=ABSENT,
                                 reason=reason)
-            self._hand_over(self.recording.entry().stage_case(record).body)
+            try:
+                body = self.recording.entry().stage_case(record).body
+            except RegressionError as exc:
+                self.problem = exc
+                return
+            self._hand_over(body)
 
     def _hand_over(self, body: Mapping[str, object]) -> None:
         """Record and check at once: the check run may check the case now."""
@@ -84,14 +89,16 @@ class Record:
             raise self.problem
         recording = self.recording
         entry = self._created()
-        recorded, absent = [], {}
+        recorded, absent, doubtful = [], {}, {}
         for nodeid, harness in recording.job.cases.items():
             # Every xdist worker collects every case; the first one alone stores those
             # that do not exist at the reference.
             known = recording.worker in ("", "gw0")
-            reason = recording.absent.get(nodeid) or (recording.not_collected(nodeid)
-                                                      if known else "")
-            if reason:
+            failed = recording.absent.get(nodeid, "")
+            reason = failed or (recording.not_collected(nodeid) if known else "")
+            if failed and recording.job.handoff >= 0:
+                doubtful[nodeid] = failed  # the check run beside it may be why
+            elif reason:
                 entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason,
                                            helpers=recording.helpers))
                 absent[nodeid] = reason
@@ -99,7 +106,7 @@ class Record:
                 entry.commit_case(self.staged.pop(nodeid), recording.helpers)
                 recorded.append(nodeid)
             # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
-        return {"recorded": recorded, "absent": absent}
+        return {"recorded": recorded, "absent": absent, "doubtful": doubtful}
 
     def discard(self) -> None:
         if self.staged:

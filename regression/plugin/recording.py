@@ -98,6 +98,7 @@ class Recording:
         self.collected: set[str] | None = None  # None: this process collected nothing
         self.ran: set[str] = set()
         self.failed = False
+        self.wrote_result = False
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         """Under pytest-xdist: this worker's id; it stores the cases it ran."""
         self.from_workers: list[dict[str, Any]] = []
@@ -312,9 +313,11 @@ class Recording:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """A recording that wrote its result ends its process here: Python's own teardown
         of torch's modules takes most of a second and serves nothing, and the check run may
-        be waiting. What the user's code asked for at exit runs first; a recording that
-        failed ends as any process does, its output whole for the parent to quote."""
-        if self.failed or role(config) != SOLO:
+        be waiting. The user's atexit functions run first; what is skipped is the rest of
+        Python's teardown: joining threads that are not daemons, `__del__` of what is left,
+        buffers of files never closed. A recording that failed, or wrote no result, ends as
+        any process does, its output whole for the parent to quote."""
+        if self.failed or not self.wrote_result or role(config) != SOLO:
             return
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
@@ -332,6 +335,7 @@ class Recording:
             self.fail(error_from_data(data))
         else:
             self.job.write_result(decode(RecordResult, data))
+            self.wrote_result = True
 
     def _worker_done(self, data: Any, error: object) -> None:
         """xdist's controller: keep what each worker recorded, or its error."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import IO, Any, Callable, Mapping
 
 
@@ -59,6 +60,7 @@ class Handoff:
         self._stream = stream
         self._bodies: dict[str, dict[str, Any]] = {}
         self._ended = False
+        self._arrivals = 0
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._read, name="torch-regression handoff",
                                         daemon=True)
@@ -74,20 +76,29 @@ class Handoff:
                 if isinstance(body, dict) and isinstance(body.get("nodeid"), str):
                     with self._changed:
                         self._bodies[body["nodeid"]] = body
+                        self._arrivals += 1
                         self._changed.notify_all()
         finally:
             with self._changed:
                 self._ended = True
                 self._changed.notify_all()
 
-    def wait_for(self, nodeid: str, alive: Callable[[], bool], poll: float = 0.5
+    def wait_for(self, nodeid: str, alive: Callable[[], bool], poll: float = 0.5,
+                 stalled: Callable[[float], None] | None = None, patience: float = 60.0
                  ) -> dict[str, Any] | None:
         """The case's body once it is handed over (taken: asked once); None once the pipe
-        ended, or `alive()` says the recording did, without it."""
+        ended, or `alive()` says the recording did, without it. `stalled(seconds)` is told,
+        once, when nothing at all was handed over for `patience` seconds of the wait."""
         with self._changed:
+            arrived, since = self._arrivals, time.monotonic()
             while nodeid not in self._bodies:
                 if self._ended or not alive():
                     return None
+                if self._arrivals != arrived:
+                    arrived, since = self._arrivals, time.monotonic()
+                elif stalled is not None and time.monotonic() - since >= patience:
+                    stalled(time.monotonic() - since)
+                    stalled = None
                 self._changed.wait(poll)
             return self._bodies.pop(nodeid)
 

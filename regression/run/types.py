@@ -93,6 +93,9 @@ class Generation:
     warnings: list[str] = field(default_factory=list)
     nondeterministic: dict[str, str] = field(default_factory=dict)
     """Recorded cases whose recordings differed, and how."""
+    doubtful: dict[str, str] = field(default_factory=dict)
+    """Cases that failed or skipped at the reference while a check ran beside the
+    recording, and why: not stored (the two runs may have clashed), recorded again alone."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,9 @@ class RecordResult:
     recorded: list[str] = field(default_factory=list)
     absent: dict[str, str] = field(default_factory=dict)
     differ: dict[str, list[str]] = field(default_factory=dict)
+    doubtful: dict[str, str] = field(default_factory=dict)
+    """Recording beside a check run: the cases that failed or skipped, not stored (see
+    Generation.doubtful)."""
 
 
 @dataclass(frozen=True)

@@ -171,14 +171,23 @@ class Underway:
         """Whether this recording records the case (until it ended: then the entry has it)."""
         return nodeid in self.todo and self.ended is None
 
-    def record_of(self, nodeid: str) -> CaseRecord | None:
-        """The case's reference as the recording handed it over, waiting for it if need be;
-        None once the recording ended without handing it over (the entry says the rest).
-        The recording's error is raised here when it failed."""
+    def record_of(self, nodeid: str, say: Echo) -> CaseRecord | None:
+        """The case's reference as the recording handed it over, waiting for it if need be
+        (`say` tells the user when the wait is long); None once the recording ended without
+        handing it over (the entry says the rest). The recording's error is raised here
+        when it failed."""
         if self.error is not None:
             raise self.error
         if self.covers(nodeid) and self.suite is not None:
-            body = self.handoff.wait_for(nodeid, lambda: self.child.poll() is None)
+            def stalled(seconds: float) -> None:
+                say(f"torch-regression: {nodeid} has waited {seconds:.0f} s for its reference, "
+                    "and the recording beside this run has handed nothing over meanwhile: a "
+                    "long case at the reference, or the two runs wait for each other (a lock, "
+                    "a port or a device that your tests hold once per machine). "
+                    "`record_beside_check: false` in config.yaml records first.")
+
+            body = self.handoff.wait_for(nodeid, lambda: self.child.poll() is None,
+                                         stalled=stalled)
             if body is not None:
                 self.handed.add(nodeid)
                 return self.suite.entry.staged_record(nodeid, body)
@@ -223,6 +232,7 @@ class Underway:
                                   f"(exit {child.returncode}):\n{tail(ran)}")
         self.result.recorded = list(recorded.recorded)
         self.result.absent = dict(recorded.absent)
+        self.result.doubtful = dict(recorded.doubtful)
         if interrupted:
             kept = still_valid(suite.entry, self.job.cases)
             self.note = (f"recording interrupted: {kept} of {len(self.todo)} cases were "

@@ -300,12 +300,13 @@ class Entry:
         """Let go of what was kept of a case's record once it is checked."""
         self._verified.pop(self.case_path(nodeid), None)
 
-    def _require_tensors(self, nodeid: str, wanted: set[str], stored: set[str]) -> None:
-        """Raise unless the tensor file holds every tensor the record names."""
+    def _require_tensors(self, nodeid: str, wanted: set[str], stored: set[str],
+                         where: Path | str | None = None) -> None:
+        """Raise unless the tensor file holds every tensor the record (at `where`) names."""
         missing = sorted(wanted - stored)
         if missing:
-            raise StoreError(f"{self.case_path(nodeid)} is malformed: it names tensors its "
-                             f"tensor file lacks: {', '.join(missing[:5])}")
+            raise StoreError(f"{where or self.case_path(nodeid)} is malformed: it names "
+                             f"tensors its tensor file lacks: {', '.join(missing[:5])}")
 
     def valid_harness(self, nodeid: str) -> StoredHarness | None:
         """The harness of a stored case that load_case would read; None when absent."""
@@ -353,7 +354,7 @@ class Entry:
             if body["tensors"]:
                 tensors = tensors_from_file(self.cases / body["tensors"]["file"],
                                             body["tensors"]["digest"])
-            self._require_tensors(nodeid, wanted, set(tensors))
+            self._require_tensors(nodeid, wanted, set(tensors), where)
             outputs = tuple(Output(o["name"], decode(o["value"], tensors))
                             for o in body["outputs"])
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:

@@ -135,7 +135,10 @@ def test_a_cold_run_checks_while_it_records_with_the_verdicts_of_one_that_record
                                           "EARLY_MEETING": str(early)})
     assert "each checked as soon as it is stored" in at_once.stdout, output(at_once)
     assert len(list(meeting.iterdir())) == 2, output(at_once)  # both processes met
-    assert len(list(early.iterdir())) == 2, output(at_once)  # and had started together
+    # ... and had started together; the case that failed at the reference beside the check
+    # run was recorded again alone, once the check run's cases had ended (a third process)
+    assert len(list(early.iterdir())) == 3, output(at_once)
+    assert "recording 1 of 1 cases at" in at_once.stdout, output(at_once)
 
     first = Repo(history.path, tmp_path / "other-cache")
     generated = first.invoke("gen")
@@ -239,3 +242,63 @@ def test_ctrl_c_while_recording_and_checking_keeps_what_was_stored(tmp_path: Pat
     assert done.returncode == 0, output(done)
     assert f"recording {13 - kept} of 13 cases" in done.stdout, output(done)
     assert "13 identical, 0 changed, 0 not in reference, 0 errors" in done.stdout
+
+
+CLASHING_CONFTEST = """\
+import os
+import socket
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def server():
+    \"\"\"One port for the whole suite: a second process cannot have it at the same time.\"\"\"
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", int(os.environ["SUITE_PORT"])))
+    sock.listen()
+    yield sock
+    sock.close()
+"""
+
+NEW_CASE = """\
+import torch
+import subj
+
+
+def test_new(regression):
+    regression.check(subj.forward(torch.ones(2, 4)), name="out")
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_case_that_fails_at_the_reference_only_beside_the_check_is_not_stored_absent(
+        tmp_path: Path) -> None:
+    """The check run holds the suite's port while the recording beside it runs a new case,
+    which therefore fails at the reference: recorded again alone it runs, so the run calls
+    it an error (not "not in reference"), and the next run checks it."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/conftest.py", CLASHING_CONFTEST)
+    repo.commit("a suite that holds a port")
+    repo.git("tag", "-f", "-a", "v1", "-m", "the reference")
+    port = {"SUITE_PORT": str(_free_port())}
+    assert repo.invoke("gen", env=port).returncode == 0
+    repo.write("tests/test_z_new.py", NEW_CASE)
+    repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))  # the new case would change
+    first = repo.invoke("test", env=port)
+    text = output(first)
+    assert first.returncode == 1, text
+    assert "ERROR tests/test_z_new.py::test_new: failed at the reference: OSError" in text, text
+    assert "recorded alone it ran, and is stored now: run again to check it" in text, text
+    assert "NOT IN REFERENCE" not in text, text
+    again = repo.invoke("test", env=port)
+    assert again.returncode == 1, output(again)
+    assert "CHANGED tests/test_z_new.py::test_new" in again.stdout, output(again)

@@ -56,3 +56,39 @@ def test_handing_over_to_a_reader_that_is_gone_says_so_and_does_not_raise() -> N
     os.close(read_end)
     assert hand_over(write_end, {"nodeid": "t::a"}) is False
     os.close(write_end)
+
+
+def test_a_wait_with_nothing_handed_over_for_its_patience_is_said_once() -> None:
+    """Not timed: the wait goes on until the stall was said, then the recording 'ends'."""
+    handoff, write_end = _pipe()
+    said: list[float] = []
+    assert handoff.wait_for("t::a", lambda: len(said) < 1, poll=0.01,
+                            stalled=said.append, patience=0.05) is None
+    assert len(said) == 1 and said[0] >= 0.05
+    os.close(write_end)
+    handoff.close()
+
+
+def test_a_case_handed_over_meanwhile_restarts_the_patience() -> None:
+    """Bodies of other cases keep arriving: the wait is long, not stalled."""
+    handoff, write_end = _pipe()
+    said: list[float] = []
+    stop = threading.Event()
+
+    def feed() -> None:
+        index = 0
+        while not stop.is_set():
+            hand_over(write_end, {"nodeid": f"t::other{index}"})
+            index += 1
+            stop.wait(0.01)
+        hand_over(write_end, {"nodeid": "t::a"})
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    threading.Timer(0.5, stop.set).start()
+    assert handoff.wait_for("t::a", lambda: True, poll=0.01, stalled=said.append,
+                            patience=30.0) == {"nodeid": "t::a"}
+    feeder.join()
+    assert said == []
+    os.close(write_end)
+    handoff.close()
