@@ -302,3 +302,21 @@ def test_a_case_that_fails_at_the_reference_only_beside_the_check_is_not_stored_
     again = repo.invoke("test", env=port)
     assert again.returncode == 1, output(again)
     assert "CHANGED tests/test_z_new.py::test_new" in again.stdout, output(again)
+
+
+def test_record_beside_check_off_records_first_so_the_clash_is_no_error(tmp_path: Path) -> None:
+    """The same suite that holds a port: with `record_beside_check: false` the recording
+    runs first, alone, and the new case is checked at once."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/conftest.py", CLASHING_CONFTEST)
+    repo.write("config.yaml", CONFIG.format(reference="v1", path=".")
+               + "record_beside_check: false\n")
+    repo.commit("a suite that holds a port, recorded first")
+    repo.git("tag", "-f", "-a", "v1", "-m", "the reference")
+    repo.write("tests/test_z_new.py", NEW_CASE)
+    repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
+    done = repo.invoke("test", env={"SUITE_PORT": str(_free_port())})
+    text = output(done)
+    assert done.returncode == 1, text
+    assert "each checked as soon as" not in text, text
+    assert "CHANGED tests/test_z_new.py::test_new" in text, text

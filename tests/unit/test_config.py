@@ -605,3 +605,16 @@ def test_bad_storage_settings_are_named_with_the_fix(tmp_path: Path, setting: st
     error = config_error(tmp_path, MINIMAL + setting + "\n")
     assert error.key == key
     assert words in str(error)
+
+
+@pytest.mark.parametrize("extra, beside", [("", True), ("device: cuda\n", False),
+                                           ("record_beside_check: false\n", False),
+                                           ("device: cuda\nrecord_beside_check: true\n", True)])
+def test_record_beside_check_is_on_for_cpu_and_off_for_cuda_unless_set(
+        tmp_path: Path, extra: str, beside: bool) -> None:
+    assert load_settings(write(tmp_path, MINIMAL + extra)).record_beside_check is beside
+
+
+def test_record_beside_check_must_be_a_boolean(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="record_beside_check"):
+        load_settings(write(tmp_path, MINIMAL + "record_beside_check: sometimes\n"))
