@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import threading
 import time
-from typing import IO, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 
 def send_cases(fd: int, cases: Mapping[str, str], parts: Mapping[str, str]) -> bool:
@@ -56,31 +57,48 @@ class Handoff:
     """The check run's end of the pipe: a thread keeps what arrives, so the recording never
     waits for the check run; `wait_for` waits for one case, or for the pipe's end."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
         self._bodies: dict[str, dict[str, Any]] = {}
         self._ended = False
         self._arrivals = 0
+        self._stop = threading.Event()
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._read, name="torch-regression handoff",
                                         daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
+        """Read whole lines until the pipe ends or `close` says stop (a process the
+        recording left behind may keep the pipe open): the thread alone closes it."""
+        pending = b""
         try:
-            for line in self._stream:
-                try:
-                    body = json.loads(line)
-                except ValueError:
-                    continue  # not a body: the case waits for the recording's end
-                if isinstance(body, dict) and isinstance(body.get("nodeid"), str):
-                    with self._changed:
-                        self._bodies[body["nodeid"]] = body
-                        self._arrivals += 1
-                        self._changed.notify_all()
+            while not self._stop.is_set():
+                if not select.select([self._fd], [], [], 0.2)[0]:
+                    continue
+                chunk = os.read(self._fd, 1 << 16)
+                if not chunk:
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    self._take(line)
+        except (OSError, ValueError):
+            pass  # the pipe broke: what arrived is kept, the rest waits for the end
         finally:
+            os.close(self._fd)
             with self._changed:
                 self._ended = True
+                self._changed.notify_all()
+
+    def _take(self, line: bytes) -> None:
+        try:
+            body = json.loads(line)
+        except ValueError:
+            return  # not a body: the case waits for the recording's end
+        if isinstance(body, dict) and isinstance(body.get("nodeid"), str):
+            with self._changed:
+                self._bodies[body["nodeid"]] = body
+                self._arrivals += 1
                 self._changed.notify_all()
 
     def wait_for(self, nodeid: str, alive: Callable[[], bool], poll: float = 0.5,
@@ -103,6 +121,8 @@ class Handoff:
             return self._bodies.pop(nodeid)
 
     def close(self) -> None:
-        """After the recording ended: the pipe is read to its end and closed."""
+        """After the recording ended: what is left in the pipe is read (briefly), then the
+        thread stops and closes it."""
+        self._thread.join(timeout=1.0)
+        self._stop.set()
         self._thread.join(timeout=5.0)
-        self._stream.close()

@@ -130,7 +130,7 @@ class Underway:
             os.close(handoff_write)
             os.close(cases_read)
         stack.callback(self._close_cases)
-        return child, Handoff(os.fdopen(handoff_read, "rb")), cases_write
+        return child, Handoff(handoff_read), cases_write
 
     def begin(self, suite: Suite, todo: dict[str, Pending], result: Generation,
               lock: ExitStack) -> None:

@@ -10,7 +10,7 @@ from regression.run.handoff import Handoff, hand_over
 
 def _pipe() -> tuple[Handoff, int]:
     read_end, write_end = os.pipe()
-    return Handoff(os.fdopen(read_end, "rb")), write_end
+    return Handoff(read_end), write_end
 
 
 def test_a_case_handed_over_is_returned_once_it_arrives_in_any_order() -> None:
@@ -92,3 +92,13 @@ def test_a_case_handed_over_meanwhile_restarts_the_patience() -> None:
     assert said == []
     os.close(write_end)
     handoff.close()
+
+
+def test_close_ends_the_reader_though_a_process_left_behind_holds_the_pipe_open() -> None:
+    """A test's own child of the recording may outlive it with the pipe's write end."""
+    handoff, write_end = _pipe()
+    hand_over(write_end, {"nodeid": "t::a"})
+    handoff.close()  # the write end stays open
+    assert not handoff._thread.is_alive()
+    assert hand_over(write_end, {"nodeid": "t::b"}) is False  # the read end is closed
+    os.close(write_end)
