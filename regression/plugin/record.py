@@ -73,7 +73,11 @@ class Record:
     def _hand_over(self, body: Mapping[str, object]) -> None:
         """Record and check at once: the check run may check the case now."""
         if self.handoff >= 0 and not hand_over(self.handoff, body):
-            self.handoff = -1  # the check run is gone: record on, store at the end
+            self.handoff = -1  # the check run, which holds the entry's lock, is gone
+            self.problem = RegressionError(
+                "the check run that started this recording ended before it: nothing is "
+                "stored, as the entry's lock went with it")
+            self.recording.stopping = str(self.problem)
 
     def _created(self) -> Entry:
         """The recording's entry, made once (the parent made it: this only proves it)."""

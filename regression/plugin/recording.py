@@ -98,6 +98,8 @@ class Recording:
         self.collected: set[str] | None = None  # None: this process collected nothing
         self.ran: set[str] = set()
         self.failed = False
+        self.stopping = ""
+        """Why the recording stops after the case under way (its check run is gone)."""
         self.wrote_result = False
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         """Under pytest-xdist: this worker's id; it stores the cases it ran."""
@@ -272,6 +274,8 @@ class Recording:
         sink = self.sinks.pop(item.nodeid, None)
         if item.nodeid in self.job.cases and uses_fixture(item):
             self.keeps.case_done(item.nodeid, tuple(sink.outputs) if sink else ())
+        if self.stopping:
+            item.session.shouldstop = self.stopping
         if role(item.config) == SOLO:
             self._progress(item.nodeid)
         return result

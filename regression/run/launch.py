@@ -6,6 +6,7 @@ What the processes do is the plugins' (regression.plugin); what to ask of them i
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import signal
@@ -15,7 +16,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator, NoReturn, Protocol, Sequence
+from typing import IO, Callable, Iterator, NoReturn, Protocol, Sequence
 
 from regression.config import CACHE_DIR_ENV, Settings
 from regression.errors import RegressionError
@@ -23,6 +24,32 @@ from regression.revision import git_environment
 from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, Job, RecordJob
 from regression.run.types import Echo
 from regression.store.scratch import scratch_folder
+
+_AT_EXIT: list[Callable[[], None]] = []
+"""What must run as this process ends, however: see before_exit."""
+
+
+def before_exit(callback: Callable[[], None]) -> Callable[[], None]:
+    """Run `callback` as this process ends, however it ends: a forked check run ends with
+    os._exit, which skips atexit, and one whose conftest fails to import never reaches the
+    plugins' last hooks. Returns the function that forgets it (once it has run its course)."""
+    _AT_EXIT.append(callback)
+    atexit.register(callback)
+
+    def forget() -> None:
+        if callback in _AT_EXIT:
+            _AT_EXIT.remove(callback)
+        atexit.unregister(callback)
+    return forget
+
+
+def _run_at_exit() -> None:
+    for callback in list(_AT_EXIT):
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - the process ends anyway; the next run cleans up
+            pass
+
 
 # Plugins that reorder tests or reseed generators would make the two runs differ.
 ISOLATION = ("-p", "no:cacheprovider", "-p", "no:randomly")
@@ -205,6 +232,7 @@ def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
     except BaseException:  # noqa: B036 - the child must end here, whatever happened
         traceback.print_exc()
     finally:
+        _run_at_exit()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

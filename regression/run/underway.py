@@ -24,7 +24,7 @@ from regression.run.generation import generate, in_context, nothing_recordable, 
     project_in, read_only_plan, recording_args, require_all_ran, still_valid
 from regression.run.handoff import Handoff, send_cases
 from regression.run.job import RecordJob
-from regression.run.launch import let_finish, start_pytest, tail
+from regression.run.launch import before_exit, let_finish, start_pytest, tail
 from regression.run.types import Echo, Generation, Pending, Reference, Suite
 from regression.store.cache import CaseRecord
 from regression.store.scratch import scratch_folder
@@ -104,6 +104,17 @@ class Underway:
         except BaseException:
             self.stack.close()
             raise
+        self.stack.callback(before_exit(self._abandon))
+
+    def _abandon(self) -> None:
+        """The check run ends with the recording still under way (an error the plugins
+        never saw): stop it, and let go of its worktree, folder and lock."""
+        if self.ended is None and self.error is None:
+            self.error = RegressionError("the check run ended before its recording")
+            self.child.kill()
+            self.child.wait()
+            self.handoff.close()
+            self.stack.close()
 
     def _start(self) -> tuple[subprocess.Popen[str], Handoff, int]:
         """The recording's process; the check run's end of the pipe it hands cases over on,

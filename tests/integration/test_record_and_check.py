@@ -320,3 +320,60 @@ def test_record_beside_check_off_records_first_so_the_clash_is_no_error(tmp_path
     assert done.returncode == 1, text
     assert "each checked as soon as" not in text, text
     assert "CHANGED tests/test_z_new.py::test_new" in text, text
+
+
+def test_a_check_run_whose_conftest_fails_to_import_leaves_no_recording_behind(
+        tmp_path: Path) -> None:
+    """The recording started before conftests load; pytest then stops before any plugin's
+    last hook: the recording is stopped and its worktree removed all the same."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/conftest.py", "import subj  # noqa: F401\n")
+    repo.commit("a conftest that imports the subject")
+    repo.write("subj/__init__.py", "raise ImportError('the working tree is broken')\n")
+    done = repo.invoke("test")
+    assert done.returncode != 0, output(done)
+    assert "the working tree is broken" in output(done), output(done)
+    assert len(repo.git("worktree", "list").splitlines()) == 1, repo.git("worktree", "list")
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+    assert str(repo.path) not in ps.stdout, "a recording of this repository still runs"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_recording_whose_check_run_was_killed_stops_and_stores_nothing(
+        tmp_path: Path) -> None:
+    """kill -9 of the check run: its recording, now without the entry's lock, stops after
+    the case under way and stores nothing; the next run records everything."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/test_many.py", MANY_SLOW_CASES)
+    repo.commit("many slow cases")
+    test = subprocess.Popen([sys.executable, "-m", "invoke", "test"], cwd=repo.path,
+                            env=repo.env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while len(list(repo.cache.glob("*/cases/*.safetensors"))) < 2:  # two cases staged
+        assert test.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    (check_run,) = _children(test.pid)
+    (recording,) = _children(check_run)
+    os.kill(check_run, signal.SIGKILL)
+    while Path(f"/proc/{recording}").exists() and \
+            "Z" not in Path(f"/proc/{recording}/stat").read_text().rsplit(")", 1)[1][:3]:
+        assert time.monotonic() < deadline, "the recording did not stop"
+        time.sleep(0.05)
+    test.wait(timeout=60)
+    assert not list(repo.cache.glob("*/cases/*.json")), "a record was stored without the lock"
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "recording 13 of 13 cases" in done.stdout, output(done)
