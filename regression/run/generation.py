@@ -5,6 +5,7 @@ the reference (in a worktree), under the cache entry's lock. The check run of `t
 
 from __future__ import annotations
 
+import subprocess
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -254,12 +255,16 @@ def _recording(reference: Reference, job: RecordJob, echo: Echo, working_tree: b
     if error is not None:
         raise in_context(reference, error, working_tree)
     if result is None:
-        raise RegressionError(
-            f"recording {'in the working tree' if working_tree else f'at {reference.label}'}"
-            f" stopped without a result "
-            f"(exit {process.returncode}):\n{tail(process)}"
-        )
+        raise no_result(reference, process, working_tree)
     return result
+
+
+def no_result(reference: Reference, process: subprocess.CompletedProcess[str],
+              working_tree: bool = False) -> RegressionError:
+    """A recording that ended with neither a result nor an error: its exit and last lines."""
+    where = "in the working tree" if working_tree else f"at {reference.label}"
+    return RegressionError(f"recording {where} stopped without a result "
+                           f"(exit {process.returncode}):\n{tail(process)}")
 
 
 def recording_args(settings: Settings) -> list[str]:

@@ -20,11 +20,11 @@ from dataclasses import replace
 
 from regression.errors import ReadOnlyError, RegressionError
 from regression.revision import prune_stale_worktrees, reference_worktree
-from regression.run.generation import generate, in_context, nothing_recordable, planned_locked, \
-    project_in, read_only_plan, recording_args, require_all_ran, still_valid
+from regression.run.generation import generate, in_context, no_result, nothing_recordable, \
+    planned_locked, project_in, read_only_plan, recording_args, require_all_ran, still_valid
 from regression.run.handoff import Handoff, send_cases
 from regression.run.job import RecordJob
-from regression.run.launch import before_exit, let_finish, start_pytest, tail
+from regression.run.launch import before_exit, let_finish, start_pytest
 from regression.run.types import Echo, Generation, Pending, Reference, Suite
 from regression.store.cache import CaseRecord
 from regression.store.scratch import scratch_folder
@@ -238,9 +238,8 @@ class Underway:
             raise in_context(reference, error)
         if recorded is None:
             self.output.seek(0)
-            ran = subprocess.CompletedProcess(child.args, child.returncode, self.output.read())
-            raise RegressionError(f"recording at {reference.label} stopped without a result "
-                                  f"(exit {child.returncode}):\n{tail(ran)}")
+            raise no_result(reference, subprocess.CompletedProcess(
+                child.args, child.returncode, self.output.read()))
         self.result.recorded = list(recorded.recorded)
         self.result.absent = dict(recorded.absent)
         self.result.doubtful = dict(recorded.doubtful)
