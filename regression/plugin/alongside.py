@@ -68,20 +68,25 @@ class Alongside:
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         """Once the cases have run (or the run was cut short), the recording ends."""
         try:
-            return (yield)
+            result = yield
         except KeyboardInterrupt as stop:  # Ctrl-C reached the recording too; not pytest's
             self._end(interrupted=not isinstance(stop, pytest.Session.Interrupted))
             raise
-        finally:
-            self._end()
+        except BaseException:
+            self._end()  # cut short: this run's fixtures may still be set up
+            raise
+        self._end(ran_out=not (session.shouldstop or session.shouldfail))
+        return result
 
     def pytest_unconfigure(self) -> None:
         """A recording ends with the run, however the run ended."""
-        self._end()
+        self._end(ran_out=False)
         self.cancel_early()
 
-    def _end(self, interrupted: bool = False) -> None:
-        """Wait for the recording to end and say what it did."""
+    def _end(self, interrupted: bool = False, ran_out: bool = False) -> None:
+        """Wait for the recording to end and say what it did. `ran_out`: the run's cases
+        all ran and its session's fixtures are torn down, so a case that failed at the
+        reference beside them can be recorded again, alone."""
         check = self.check
         underway = check.prepared.underway if check.prepared else None
         if underway is None or check.prepared is None:
@@ -93,7 +98,8 @@ class Alongside:
             self._unproven(underway.handed, exc)
             return
         if generation.doubtful and underway.suite is not None:
-            generation = self._record_alone(underway.suite, generation)
+            generation = self._record_alone(underway.suite, generation) if ran_out \
+                else self._not_recorded(generation)
         check.prepared = replace(check.prepared, generation=generation)
         self.lines = [*([underway.note] if underway.note else []),
                       *generation_lines(generation)]
@@ -120,7 +126,7 @@ class Alongside:
                     f"{reason} while this run checked beside the recording, and recording "
                     f"it again alone failed: {exc}")))
             return generation
-        for nodeid in again.recorded:
+        for nodeid in doubtful.keys() - again.absent.keys():  # recorded alone, or meanwhile
             check.ledger.judge(CaseOutcome(nodeid, ERROR, (
                 f"{doubtful[nodeid]} while this run checked beside the recording, but "
                 "recorded alone it ran, and is stored now: run again to check it (did the "
@@ -128,6 +134,15 @@ class Alongside:
                 "in config.yaml records first)")))
         return replace(generation, recorded=[*generation.recorded, *again.recorded],
                        absent={**generation.absent, **again.absent}, doubtful={})
+
+    def _not_recorded(self, generation: Generation) -> Generation:
+        """The run stopped early: its fixtures may still hold what the doubtful cases need,
+        so they are not recorded alone now; each is an error, and nothing is stored."""
+        for nodeid, reason in generation.doubtful.items():
+            self.check.ledger.judge(CaseOutcome(nodeid, ERROR, (
+                f"{reason} while this run checked beside the recording; the run stopped "
+                "before it could be recorded alone, so nothing is stored: run again")))
+        return replace(generation, doubtful={})
 
     def _unproven(self, checked: set[str], error: RegressionError) -> None:
         """The recording failed: each case checked against what it handed over is an error,

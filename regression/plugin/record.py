@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pytest
 
 from regression.errors import RegressionError
+from regression.plugin.recording import NOT_COLLECTABLE
 from regression.run.handoff import hand_over
 from regression.store.cache import ABSENT, CaseRecord, Entry, Output, StagedCase
 
@@ -100,8 +101,8 @@ class Record:
             known = recording.worker in ("", "gw0")
             failed = recording.absent.get(nodeid, "")
             reason = failed or (recording.not_collected(nodeid) if known else "")
-            if failed and recording.job.handoff >= 0:
-                doubtful[nodeid] = failed  # the check run beside it may be why
+            if recording.job.handoff >= 0 and (failed or reason.startswith(NOT_COLLECTABLE)):
+                doubtful[nodeid] = reason  # the check run beside it may be why
             elif reason:
                 entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason,
                                            helpers=recording.helpers))

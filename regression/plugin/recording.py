@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
     from regression.plugin.fixture import RecordSink, Regression
 
 WORKER_KEY = "torch_regression_recorded"
+NOT_COLLECTABLE = "could not be collected at the reference: "
+"""The start of why a case that failed to collect at the reference is not in it."""
 _PYTEST_SETTINGS = ("pyproject.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
@@ -381,7 +383,7 @@ class Recording:
         path = nodeid.split("::", 1)[0]
         for where, error in self.collect_errors.items():
             if path == where or path.startswith(where.rstrip("/") + "/") or not where:
-                return f"could not be collected at the reference: {error}"
+                return f"{NOT_COLLECTABLE}{error}"
         return "does not exist at the reference"
 
     def fail(self, error: RegressionError) -> None:

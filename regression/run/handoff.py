@@ -72,9 +72,11 @@ class Handoff:
         """Read whole lines until the pipe ends or `close` says stop (a process the
         recording left behind may keep the pipe open): the thread alone closes it."""
         pending = b""
+        poller = select.poll()  # select.select refuses descriptors from 1024 on
+        poller.register(self._fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         try:
             while not self._stop.is_set():
-                if not select.select([self._fd], [], [], 0.2)[0]:
+                if not poller.poll(200):
                     continue
                 chunk = os.read(self._fd, 1 << 16)
                 if not chunk:
@@ -93,7 +95,7 @@ class Handoff:
     def _take(self, line: bytes) -> None:
         try:
             body = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return  # not a body: the case waits for the recording's end
         if isinstance(body, dict) and isinstance(body.get("nodeid"), str):
             with self._changed:

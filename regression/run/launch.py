@@ -32,14 +32,21 @@ _AT_EXIT: list[Callable[[], None]] = []
 def before_exit(callback: Callable[[], None]) -> Callable[[], None]:
     """Run `callback` as this process ends, however it ends: a forked check run ends with
     os._exit, which skips atexit, and one whose conftest fails to import never reaches the
-    plugins' last hooks. Returns the function that forgets it (once it has run its course)."""
-    _AT_EXIT.append(callback)
-    atexit.register(callback)
+    plugins' last hooks. Not in a process a test forks from it. Returns the function that
+    forgets it (once it has run its course)."""
+    owner = os.getpid()
+
+    def in_owner() -> None:
+        if os.getpid() == owner:
+            callback()
+
+    _AT_EXIT.append(in_owner)
+    atexit.register(in_owner)
 
     def forget() -> None:
-        if callback in _AT_EXIT:
-            _AT_EXIT.remove(callback)
-        atexit.unregister(callback)
+        if in_owner in _AT_EXIT:
+            _AT_EXIT.remove(in_owner)
+        atexit.unregister(in_owner)
     return forget
 
 

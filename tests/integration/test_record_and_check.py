@@ -135,10 +135,11 @@ def test_a_cold_run_checks_while_it_records_with_the_verdicts_of_one_that_record
                                           "EARLY_MEETING": str(early)})
     assert "each checked as soon as it is stored" in at_once.stdout, output(at_once)
     assert len(list(meeting.iterdir())) == 2, output(at_once)  # both processes met
-    # ... and had started together; the case that failed at the reference beside the check
-    # run was recorded again alone, once the check run's cases had ended (a third process)
+    # ... and had started together; the cases that failed to run or to collect at the
+    # reference beside the check run were recorded again alone, once the check run's cases
+    # had ended (a third process)
     assert len(list(early.iterdir())) == 3, output(at_once)
-    assert "recording 1 of 1 cases at" in at_once.stdout, output(at_once)
+    assert "recording 2 of 2 cases at" in at_once.stdout, output(at_once)
 
     first = Repo(history.path, tmp_path / "other-cache")
     generated = first.invoke("gen")
@@ -377,3 +378,28 @@ def test_a_recording_whose_check_run_was_killed_stops_and_stores_nothing(
     done = repo.invoke("test")
     assert done.returncode == 0, output(done)
     assert "recording 13 of 13 cases" in done.stdout, output(done)
+
+
+def test_a_run_cut_short_records_no_doubtful_case_alone_and_stores_nothing_for_it(
+        tmp_path: Path) -> None:
+    """The new case runs first here and clashes at the reference (this run holds the port
+    while it waits); -x then stops the run at the change that follows, its session's port
+    maybe still held: the case is an error, not recorded alone, and nothing is stored for
+    it."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/conftest.py", CLASHING_CONFTEST)
+    repo.commit("a suite that holds a port")
+    repo.git("tag", "-f", "-a", "v1", "-m", "the reference")
+    port = str(_free_port())
+    assert repo.invoke("gen", env={"SUITE_PORT": port}).returncode == 0
+    repo.write("tests/test_a_new.py", NEW_CASE)
+    repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
+    done = repo.invoke("test", env={"SUITE_PORT": port, "PYTEST_ADDOPTS": "-x"})
+    text = output(done)
+    assert done.returncode == 1, text
+    assert "CHANGED tests/test_subj.py::test_forward" in text, text
+    assert "ERROR tests/test_a_new.py::test_new: failed at the reference: OSError" in text
+    assert "the run stopped before it could be recorded alone, so nothing is stored" in text
+    assert "recording 1 of 1 cases" not in text, text
+    again = repo.invoke("test", env={"SUITE_PORT": port})
+    assert "recording 1 of 2 cases" in again.stdout, output(again)  # nothing was stored

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 from regression.run.handoff import Handoff, hand_over
 
 
@@ -102,3 +104,21 @@ def test_close_ends_the_reader_though_a_process_left_behind_holds_the_pipe_open(
     assert not handoff._thread.is_alive()
     assert hand_over(write_end, {"nodeid": "t::b"}) is False  # the read end is closed
     os.close(write_end)
+
+
+def test_a_pipe_on_a_descriptor_past_1024_is_read() -> None:
+    """select.select refuses such descriptors; a reader that broke on one would read as a
+    check run that is gone."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1500:
+        pytest.skip(f"the limit of open files here is {soft}")
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, 1500)
+    os.close(read_end)
+    handoff = Handoff(1500)
+    assert hand_over(write_end, {"nodeid": "t::a"})
+    assert handoff.wait_for("t::a", lambda: True) == {"nodeid": "t::a"}
+    os.close(write_end)
+    handoff.close()
