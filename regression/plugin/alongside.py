@@ -88,9 +88,9 @@ class Alongside:
         all ran and its session's fixtures are torn down, so a case that failed at the
         reference beside them can be recorded again, alone."""
         check = self.check
-        underway = check.prepared.underway if check.prepared else None
-        if underway is None or check.prepared is None:
+        if check.prepared is None or check.prepared.underway is None:
             return
+        underway = check.prepared.underway
         check.prepared = replace(check.prepared, underway=None)
         try:
             generation = underway.finish(interrupted)

@@ -250,21 +250,21 @@ def _recording(reference: Reference, job: RecordJob, echo: Echo, working_tree: b
         job = replace(job, result=str(Path(folder) / "result.json"))
         process = run_pytest(settings, recording_args(settings), job, True,
                              progress=lambda line: echo(f"  {line}"))
-        error = job.read_error()
-        result = job.read_result()
+        return outcome(reference, job, process, working_tree)
+
+
+def outcome(reference: Reference, job: RecordJob, process: subprocess.CompletedProcess[str],
+            working_tree: bool = False) -> RecordResult:
+    """What an ended record job handed back: its result, or its error raised here (one that
+    left neither: its exit and last lines)."""
+    error, result = job.read_error(), job.read_result()
     if error is not None:
         raise in_context(reference, error, working_tree)
     if result is None:
-        raise no_result(reference, process, working_tree)
+        where = "in the working tree" if working_tree else f"at {reference.label}"
+        raise RegressionError(f"recording {where} stopped without a result "
+                              f"(exit {process.returncode}):\n{tail(process)}")
     return result
-
-
-def no_result(reference: Reference, process: subprocess.CompletedProcess[str],
-              working_tree: bool = False) -> RegressionError:
-    """A recording that ended with neither a result nor an error: its exit and last lines."""
-    where = "in the working tree" if working_tree else f"at {reference.label}"
-    return RegressionError(f"recording {where} stopped without a result "
-                           f"(exit {process.returncode}):\n{tail(process)}")
 
 
 def recording_args(settings: Settings) -> list[str]:

@@ -20,8 +20,8 @@ from dataclasses import replace
 
 from regression.errors import ReadOnlyError, RegressionError
 from regression.revision import prune_stale_worktrees, reference_worktree
-from regression.run.generation import generate, in_context, no_result, nothing_recordable, \
-    planned_locked, project_in, read_only_plan, recording_args, require_all_ran, still_valid
+from regression.run.generation import generate, nothing_recordable, outcome, planned_locked, \
+    project_in, read_only_plan, recording_args, require_all_ran, still_valid
 from regression.run.handoff import Handoff, send_cases
 from regression.run.job import RecordJob
 from regression.run.launch import before_exit, let_finish, start_pytest
@@ -35,23 +35,17 @@ def start_generation(suite: Suite, force: bool, echo: Echo, early: Underway | No
     """As `generate`, but what must be recorded is recorded while the caller goes on: the
     recording under way (`early`, if one was started before the cases were known: it is
     told the key's parts with its cases, and checks them against its own), or what was
-    found when nothing is to be recorded. A suite recorded several times
-    (determinism.repeat) or by several workers is recorded first, as before."""
-    try:
-        if suite.repeat > 1 or suite.workers > 1:
-            return generate(suite, force, echo)
-        prune_stale_worktrees(suite.reference.repo)
-        todo = read_only_plan(suite, force)
-        if todo == {}:
-            suite.entry.touch()
-            return Generation(reused=len(suite.cases))
-        started = _locked_start(suite, force, echo, todo, early)
-        if started is early:
-            early = None  # it is the one under way
-        return started
-    finally:
-        if early is not None:
-            early.cancel()
+    found when nothing is to be recorded; an `early` not used is the caller's to cancel. A
+    suite recorded several times (determinism.repeat) or by several workers is recorded
+    first, as before."""
+    if suite.repeat > 1 or suite.workers > 1:
+        return generate(suite, force, echo)
+    prune_stale_worktrees(suite.reference.repo)
+    todo = read_only_plan(suite, force)
+    if todo == {}:
+        suite.entry.touch()
+        return Generation(reused=len(suite.cases))
+    return _locked_start(suite, force, echo, todo, early)
 
 
 def _locked_start(suite: Suite, force: bool, echo: Echo, todo: dict[str, Pending] | None,
@@ -85,8 +79,6 @@ class Underway:
 
     def __init__(self, reference: Reference) -> None:
         self.reference = reference
-        self.parts: dict[str, str] | None = None
-        """The environment's key parts, once `begin` knows them (started early: not yet)."""
         self.stack = ExitStack()
         """The worktree, the scratch folder, the pipes, then the entry's lock: let go
         when the recording ends."""
@@ -109,12 +101,25 @@ class Underway:
     def _abandon(self) -> None:
         """The check run ends with the recording still under way (an error the plugins
         never saw): stop it, and let go of its worktree, folder and lock."""
-        if self.ended is None and self.error is None:
+        if self._running():
             self.error = RegressionError("the check run ended before its recording")
+            self._stop(grace=0.0)
+
+    def _running(self) -> bool:
+        return self.ended is None and self.error is None
+
+    def _stop(self, grace: float) -> None:
+        """Stop a recording that is let go: asked to end (SIGTERM), killed after `grace`
+        seconds; then its worktree, folder and lock go."""
+        self._close_cases()
+        self.child.terminate()
+        try:
+            self.child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
             self.child.kill()
             self.child.wait()
-            self.handoff.close()
-            self.stack.close()
+        self.handoff.close()
+        self.stack.close()
 
     def _start(self) -> tuple[subprocess.Popen[str], Handoff, int]:
         """The recording's process; the check run's end of the pipe it hands cases over on,
@@ -147,14 +152,13 @@ class Underway:
               lock: ExitStack) -> None:
         """Hand the recording its cases; `lock` (the entry's) is held until it ends."""
         self.suite, self.todo, self.result = suite, todo, result
-        self.parts = suite.entry.parts
         self.stack.enter_context(lock)
         cases = {nodeid: p.harness for nodeid, p in todo.items()}
-        self.job = replace(self.job, cases=cases, parts=self.parts, wanted=-1)
+        self.job = replace(self.job, cases=cases, parts=suite.entry.parts, wanted=-1)
         pipe, self.cases_pipe = self.cases_pipe, -1  # the sender closes it
         # a thread: the recording reads its cases once it has collected, and a pipe holds
         # only so much
-        threading.Thread(target=_send, args=(pipe, cases, self.parts), daemon=True,
+        threading.Thread(target=_send, args=(pipe, cases, suite.entry.parts), daemon=True,
                          name="torch-regression cases").start()
 
     def _close_cases(self) -> None:
@@ -166,17 +170,9 @@ class Underway:
     def cancel(self) -> None:
         """Nothing is to be recorded after all: the recording, which has stored nothing and
         holds no lock, is stopped (whatever it was starting: conftests, torch) and let go."""
-        if self.ended is None and self.error is None:
+        if self._running():
             self.ended = Generation()
-            self._close_cases()
-            self.child.terminate()
-            try:
-                self.child.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                self.child.kill()
-                self.child.wait()
-            self.handoff.close()
-            self.stack.close()
+            self._stop(grace=10.0)
 
     def covers(self, nodeid: str) -> bool:
         """Whether this recording records the case (until it ended: then the entry has it)."""
@@ -233,13 +229,9 @@ class Underway:
             except KeyboardInterrupt:
                 let_finish(child, first=30.0)
                 raise
-        error, recorded = self.job.read_error(), self.job.read_result()
-        if error is not None:
-            raise in_context(reference, error)
-        if recorded is None:
-            self.output.seek(0)
-            raise no_result(reference, subprocess.CompletedProcess(
-                child.args, child.returncode, self.output.read()))
+        self.output.seek(0)
+        recorded = outcome(reference, self.job, subprocess.CompletedProcess(
+            child.args, child.returncode, self.output.read()))
         self.result.recorded = list(recorded.recorded)
         self.result.absent = dict(recorded.absent)
         self.result.doubtful = dict(recorded.doubtful)
