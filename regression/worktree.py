@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import xxhash
 
@@ -162,3 +162,50 @@ def _how_to_fetch(repo: Repository, stderr: str) -> str:
     return (f"Their objects are gone from .git (a damaged or incomplete clone). Fix: fetch "
             f"them again with `git fetch --refetch {name}` (git 2.36 or later) or clone the "
             "repository again; `git fsck` lists everything that is missing.")
+
+
+def lay_working_harness(project: Path, root: Path, tests: Iterable[str],
+                        files: Iterable[Path], subject: Iterable[Path]) -> None:
+    """Make the test folders and `harness` files of the reference's worktree (its project
+    folder `project`) links to the working tree's (`root`): a test reads the working tree's
+    bytes at the reference however it names a file (relative to the working folder, to
+    `__file__`, through a fixture), as the check does, and the recording's watch of the
+    user's tree sees the read. A test folder that holds a subject package is laid entry by
+    entry, the subject's own folders left the reference's; one inside the subject is left
+    as it is. Nothing of the user's tree is changed: the links point into it."""
+    root, subject = root.resolve(), [p.resolve() for p in subject]
+    for name in tests:
+        _lay(project / name, root / name, root, subject)
+    for path in files:
+        path = path.resolve()
+        if path.is_relative_to(root) and not any(path.is_relative_to(s) for s in subject):
+            _lay(project / path.relative_to(root), path, root, subject)
+
+
+def _lay(there: Path, here: Path, root: Path, subject: list[Path]) -> None:
+    """Make `there` (in the worktree) show what `here` (in the working tree) holds."""
+    real = here.resolve() if here.exists() else here
+    if not real.is_relative_to(root) or real == root / ".git" or \
+            any(real.is_relative_to(s) for s in subject):
+        return  # outside the project, git's own, or the subject's: the reference's
+    if real == root or (any(s.is_relative_to(real) for s in subject) and real.is_dir()):
+        if there.is_symlink() or there.is_file():
+            there.unlink()
+        there.mkdir(parents=True, exist_ok=True)
+        names = {p.name for p in real.iterdir()} | \
+            ({p.name for p in there.iterdir()} if there.is_dir() else set())
+        for name in sorted(names - {".git"}):
+            _lay(there / name, real / name, root, subject)
+        return
+    _remove(there)
+    if here.exists():
+        there.parent.mkdir(parents=True, exist_ok=True)
+        there.symlink_to(real, target_is_directory=real.is_dir())
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, link or folder of the worktree (a link alone, never its target)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)

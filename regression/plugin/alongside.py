@@ -1,7 +1,11 @@
 """Check mode: the recording that runs beside the check run's cases (record and check at
 once, regression/run/underway.py). It starts before conftests load where the run will record
 every case, is handed its cases once they are known, and is waited for at the end of the
-cases; one that fails makes every case checked against it an error."""
+cases; one that fails makes every case checked against it an error.
+
+A case that runs while the recording does is judged for good only when the recording has
+ended (proven, failed, or sharing a file with this run): its reports are held until then, so
+that pytest's own count, its JUnit file and the tool's verdict agree, case by case."""
 
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ from typing import TYPE_CHECKING, Generator
 import pytest
 
 from regression.errors import RegressionError
+from regression.plugin.common import uses_fixture
 from regression.report import ERROR, CaseOutcome, generation_lines
 from regression.run.job import GEN_AUTO
+from regression.run.overlap import SHARED
 
 if TYPE_CHECKING:
     from regression.config import Settings
@@ -30,6 +36,10 @@ class Alongside:
         """A recording started before collection, until the run's preparation takes it."""
         self.lines: list[str] = []
         """What the recording did, for the terminal summary."""
+        self.held: list[tuple[pytest.Item, list[pytest.TestReport]]] = []
+        """The cases that ran while the recording did, with their reports, not yet told."""
+        self.failed_held = 0
+        """How many of them failed: counted for -x and --maxfail as they ran."""
 
     def start_early(self, settings: Settings) -> None:
         """A run that will record every case (the cache has no entry for its reference: a
@@ -64,6 +74,46 @@ class Alongside:
             self.early.cancel()
             self.early = None
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None
+                                ) -> bool | None:
+        """While the recording runs, a case runs as pytest would run it, but its reports are
+        held until the recording has ended and its verdict is final."""
+        prepared = self.check.prepared
+        if prepared is None or prepared.underway is None or not prepared.underway.running() \
+                or not uses_fixture(item):
+            return None
+        from _pytest.runner import runtestprotocol
+
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        self.held.append((item, reports))
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        if any(r.failed for r in reports):  # -x and --maxfail stop the run as they would
+            session = item.session
+            self.failed_held += 1
+            session.testsfailed += 1
+            maxfail = int(item.config.getvalue("maxfail") or 0)
+            if maxfail and session.testsfailed >= maxfail:
+                session.shouldfail = f"stopping after {session.testsfailed} failures"
+        return True
+
+    def _tell_held(self) -> None:
+        """The held reports, each case's as its final verdict says: a case the tool calls
+        an error is one for pytest too (its setup fails with the reason), never a pass."""
+        held, self.held = self.held, []
+        if held:
+            held[0][0].session.testsfailed -= self.failed_held  # counted again as told
+            self.failed_held = 0
+        outcomes = self.check.ledger.outcomes
+        for item, reports in held:
+            outcome = outcomes.get(item.nodeid)
+            if outcome is not None and outcome.outcome == ERROR and not any(
+                    r.failed and r.when != "call" for r in reports):
+                reports = _as_error(reports, outcome.detail)
+            for report in reports:
+                item.ihook.pytest_runtest_logreport(report=report)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         """Once the cases have run (or the run was cut short), the recording ends."""
@@ -96,11 +146,14 @@ class Alongside:
             generation = underway.finish(interrupted)
         except RegressionError as exc:
             self._unproven(underway.handed, exc)
+            self._tell_held()
             return
+        self._taken(underway.taken_from_recording())
         if generation.doubtful and underway.suite is not None:
             generation = self._record_alone(underway.suite, generation) if ran_out \
                 else self._not_recorded(generation)
         check.prepared = replace(check.prepared, generation=generation)
+        self._tell_held()
         self.lines = [*([underway.note] if underway.note else []),
                       *generation_lines(generation)]
         if check.config.pluginmanager.get_plugin("terminalreporter") is None:
@@ -127,13 +180,21 @@ class Alongside:
                     f"it again alone failed: {exc}")))
             return generation
         for nodeid in doubtful.keys() - again.absent.keys():  # recorded alone, or meanwhile
-            check.ledger.judge(CaseOutcome(nodeid, ERROR, (
-                f"{doubtful[nodeid]} while this run checked beside the recording, but "
-                "recorded alone it ran, and is stored now: run again to check it (did the "
-                "two runs clash over a port, a lock or memory? `record_beside_check: false` "
-                "in config.yaml records first)")))
+            check.ledger.judge(CaseOutcome(nodeid, ERROR, _alone(doubtful[nodeid])))
         return replace(generation, recorded=[*generation.recorded, *again.recorded],
                        absent={**generation.absent, **again.absent}, doubtful={})
+
+    def _taken(self, taken: list[str]) -> None:
+        """This run used what the recording beside it wrote (a file, a port): each case that
+        ran meanwhile may have been judged on the reference's values, and is an error."""
+        if not taken:
+            return
+        more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
+        for item, _ in self.held:
+            self.check.ledger.judge(CaseOutcome(item.nodeid, ERROR, (
+                f"this run used {', '.join(taken[:3])}{more} while the recording beside it "
+                "wrote it: its verdict may rest on the reference's values; run again to check "
+                "it (`record_beside_check: false` in config.yaml records first)")))
 
     def _not_recorded(self, generation: Generation) -> Generation:
         """The run stopped early: its fixtures may still hold what the doubtful cases need,
@@ -162,3 +223,27 @@ class Alongside:
         """What the recording did, after the cases' progress."""
         for line in self.lines:
             terminalreporter.write_line(line)
+
+
+def _alone(reason: str) -> str:
+    """Why a case recorded again alone is an error in this run."""
+    if reason.startswith(SHARED):
+        return (f"{reason}, so the value it recorded may have been the check run's: recorded "
+                "again alone, it is stored now: run again to check it "
+                "(`record_beside_check: false` in config.yaml records first)")
+    return (f"{reason} while this run checked beside the recording, but recorded alone it "
+            "ran, and is stored now: run again to check it (did the two runs clash over a "
+            "port, a lock or memory? `record_beside_check: false` in config.yaml records "
+            "first)")
+
+
+def _as_error(reports: list[pytest.TestReport], reason: str) -> list[pytest.TestReport]:
+    """A case's reports as pytest's for a case whose setup failed with `reason`."""
+    setup = next((r for r in reports if r.when == "setup"), None)
+    if setup is None:
+        return reports
+    setup.outcome = "failed"
+    setup.longrepr = f"torch-regression: {reason}"
+    if hasattr(setup, "wasxfail"):
+        del setup.wasxfail
+    return [setup, *(r for r in reports if r.when == "teardown")]

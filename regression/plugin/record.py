@@ -10,6 +10,7 @@ import pytest
 from regression.errors import RegressionError
 from regression.plugin.recording import NOT_COLLECTABLE
 from regression.run.handoff import hand_over
+from regression.run.overlap import shared_reason
 from regression.store.cache import ABSENT, CaseRecord, Entry, Output, StagedCase
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class Record:
         recording = self.recording
         entry = self._created()
         recorded, absent, doubtful = [], {}, {}
+        shared = recording.shared()
         for nodeid, harness in recording.job.cases.items():
             # Every xdist worker collects every case; the first one alone stores those
             # that do not exist at the reference.
@@ -103,6 +105,11 @@ class Record:
             reason = failed or (recording.not_collected(nodeid) if known else "")
             if recording.job.handoff >= 0 and (failed or reason.startswith(NOT_COLLECTABLE)):
                 doubtful[nodeid] = reason  # the check run beside it may be why
+            elif shared and (reason or nodeid in self.staged):
+                # its value may be the check run's: not stored (the check run may still read
+                # its tensors; an orphan tensor file is never read, and goes when the case
+                # is stored)
+                doubtful[nodeid] = shared_reason(shared)
             elif reason:
                 entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason,
                                            helpers=recording.helpers))

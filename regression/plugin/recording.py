@@ -27,10 +27,12 @@ from regression.plugin.importer import install_redirect, verify_origins
 from regression.plugin.strays import require_own_files, stray_modules
 from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
 from regression.plugin.relay import CONTROLLER, ERROR, SOLO, Relay, attach, role
-from regression.run.handoff import receive_cases
+from regression.run import overlap
+from regression.run.handoff import ask_shared, receive_cases
 from regression.run.job import PROGRESS, RecordJob, decode
 from regression.run.types import RecordResult
 from regression.store.cache import Entry, Output
+from regression.worktree import lay_working_harness
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
     from regression.plugin.fixture import RecordSink, Regression
@@ -113,6 +115,10 @@ class Recording:
         """What this process reads from the user's repository, when recording a worktree."""
         self.test_modules: set[Path] = set()
         self.helpers: dict[str, str] = {}
+        self.touches: overlap.Touches | None = None
+        """Beside a check run: what this process touches outside its own folders."""
+        self.answers = job.wanted
+        """Beside a check run: the pipe its cases came on, and the answer to `shared` comes."""
         self._entry: Entry | None = None
 
     @property
@@ -169,10 +175,39 @@ class Recording:
         except RegressionError as exc:
             self.fail(exc)
             raise pytest.UsageError(str(exc)) from None
+        if self.job.handoff >= 0:  # beside a check run: before any of the user's code runs
+            self.touches = overlap.Touches([*overlap.tool_folders(self.settings.cache_dir),
+                                            self.settings.path])
+            overlap.watch(self.touches)
         if self.job.workdir:
+            if not self.worker:  # the controller of xdist's workers lays it for them
+                self._lay_working_harness()
             os.chdir(self.job.workdir)  # arguments resolve against where pytest started
             self.watch = self._tree_watch()
             watch_tree(self.watch)
+
+    def shared(self) -> list[str]:
+        """Beside a check run, once the cases have ended: what this recording used that the
+        check run wrote meanwhile (files, ports), as the check run says."""
+        touches, self.touches = self.touches, None
+        if touches is None:
+            return []
+        overlap.stop(touches)
+        shared = ask_shared(self.job.handoff, self.answers, touches.data()) \
+            if self.answers >= 0 else None
+        if shared is None:
+            raise RegressionError(
+                "the check run that started this recording ended before it: nothing is "
+                "stored, as the entry's lock went with it")
+        return shared
+
+    def _lay_working_harness(self) -> None:
+        """The worktree's test folders and `harness` files become the working tree's."""
+        root = self.settings.root
+        lay_working_harness(Path(self.job.workdir), root, self.settings.tests,
+                            extra_harness_files(root, self.settings.harness),
+                            [root / self.settings.subject_path / p
+                             for p in self.settings.subject_packages])
 
     def _tree_watch(self) -> TreeWatch:
         """A watch of the user's repository: free are the worktree, the cache, git's

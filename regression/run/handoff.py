@@ -27,9 +27,8 @@ def send_cases(fd: int, cases: Mapping[str, str], parts: Mapping[str, str]) -> b
 def receive_cases(fd: int) -> tuple[dict[str, str], dict[str, str]]:
     """In the recording: the wanted cases and the key's parts, once the check run sends
     them; no case when it closed the pipe instead (it needs nothing recorded, or it
-    stopped)."""
-    with os.fdopen(fd, "rb") as stream:
-        line = stream.readline()
+    stopped). The pipe stays open: the check run answers `ask_shared` on it."""
+    line = _read_line(fd)
     try:
         sent = json.loads(line) if line else {}
         cases, parts = sent.get("cases", {}), sent.get("parts", {})
@@ -39,6 +38,43 @@ def receive_cases(fd: int) -> tuple[dict[str, str], dict[str, str]]:
         return {}, {}
     return ({str(k): str(v) for k, v in cases.items()},
             {str(k): str(v) for k, v in parts.items()})
+
+
+def _read_line(fd: int) -> bytes:
+    """One line from the pipe, read in blocks: the other end writes nothing after it until
+    it is asked again. b"" when the pipe ended first."""
+    data = b""
+    try:
+        while not data.endswith(b"\n"):
+            block = os.read(fd, 1 << 16)
+            if not block:
+                return b""
+            data += block
+    except OSError:
+        return b""
+    return data
+
+
+def ask_shared(handoff: int, answers: int, touched: Mapping[str, list[str]]
+               ) -> list[str] | None:
+    """In the recording, once its cases have ended: tell the check run what it touched,
+    and hear what of it the check run wrote meanwhile; None when the check run is gone."""
+    if not hand_over(handoff, {"touched": dict(touched)}):
+        return None
+    line = _read_line(answers)
+    try:
+        shared = json.loads(line).get("shared") if line else None
+    except (ValueError, AttributeError):
+        return None
+    return [str(s) for s in shared] if isinstance(shared, list) else None
+
+
+def answer_shared(fd: int, shared: list[str]) -> None:
+    """The check run's answer to `ask_shared`; the pipe then ends."""
+    try:
+        hand_over(fd, {"shared": shared})
+    finally:
+        os.close(fd)
 
 
 def hand_over(fd: int, body: Mapping[str, object]) -> bool:
@@ -57,8 +93,11 @@ class Handoff:
     """The check run's end of the pipe: a thread keeps what arrives, so the recording never
     waits for the check run; `wait_for` waits for one case, or for the pipe's end."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int,
+                 on_touched: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._fd = fd
+        self._on_touched = on_touched
+        """Told, in the reader's thread, what the recording touched (`ask_shared`)."""
         self._bodies: dict[str, dict[str, Any]] = {}
         self._ended = False
         self._arrivals = 0
@@ -97,7 +136,10 @@ class Handoff:
             body = json.loads(line)
         except (ValueError, RecursionError):
             return  # not a body: the case waits for the recording's end
-        if isinstance(body, dict) and isinstance(body.get("nodeid"), str):
+        if isinstance(body, dict) and isinstance(body.get("touched"), dict):
+            if self._on_touched is not None:
+                self._on_touched(body["touched"])
+        elif isinstance(body, dict) and isinstance(body.get("nodeid"), str):
             with self._changed:
                 self._bodies[body["nodeid"]] = body
                 self._arrivals += 1

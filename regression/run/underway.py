@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 from contextlib import ExitStack
 from dataclasses import replace
 
@@ -22,7 +23,8 @@ from regression.errors import ReadOnlyError, RegressionError
 from regression.revision import prune_stale_worktrees, reference_worktree
 from regression.run.generation import generate, nothing_recordable, outcome, planned_locked, \
     project_in, read_only_plan, recording_args, require_all_ran, still_valid
-from regression.run.handoff import Handoff, send_cases
+from regression.run import overlap
+from regression.run.handoff import Handoff, answer_shared, send_cases
 from regression.run.job import RecordJob
 from regression.run.launch import before_exit, let_finish, start_pytest
 from regression.run.types import Echo, Generation, Pending, Reference, Suite
@@ -91,21 +93,35 @@ class Underway:
         self.error: RegressionError | None = None
         self.note = ""
         """What the user must know of how it ended (interrupted: what was kept)."""
+        self.answers = -1
+        """The pipe the cases went on: the answer to what the recording touched goes back."""
+        self.touches = overlap.Touches([*overlap.tool_folders(reference.settings.cache_dir),
+                                        reference.settings.path])
+        """What this run touches while the recording runs beside it."""
+        self.recording_touched: dict[str, list[str]] = {}
+        """What the recording read and wrote outside its own folders, once it said so."""
+        self.since = time.time()
+        """When the two runs began to run at once (a file changed since may be shared)."""
+        overlap.watch(self.touches)  # before the recording starts: everything it might see
         try:
             self.child, self.handoff, self.cases_pipe = self._start()
         except BaseException:
+            overlap.stop(self.touches)
             self.stack.close()
             raise
         self.stack.callback(before_exit(self._abandon))
+        self.stack.callback(self._close_answers)
+        self.stack.callback(overlap.stop, self.touches)
 
     def _abandon(self) -> None:
         """The check run ends with the recording still under way (an error the plugins
         never saw): stop it, and let go of its worktree, folder and lock."""
-        if self._running():
+        if self.running():
             self.error = RegressionError("the check run ended before its recording")
             self._stop(grace=0.0)
 
-    def _running(self) -> bool:
+    def running(self) -> bool:
+        """Whether the recording goes on: not ended, not failed."""
         return self.ended is None and self.error is None
 
     def _stop(self, grace: float) -> None:
@@ -146,7 +162,26 @@ class Underway:
             os.close(handoff_write)
             os.close(cases_read)
         stack.callback(self._close_cases)
-        return child, Handoff(handoff_read), cases_write
+        return child, Handoff(handoff_read, self._touched), cases_write
+
+    def _touched(self, touched: dict[str, object]) -> None:
+        """The recording's cases have ended (the reader's thread): tell it what of what it
+        touched this run wrote meanwhile; it stores nothing that may be this run's."""
+        used = {k: [str(p) for p in v] for k, v in touched.items() if isinstance(v, list)}
+        self.recording_touched = used
+        answers, self.answers = self.answers, -1
+        if answers >= 0:
+            answer_shared(answers, overlap.taken_from(used, self.touches.data(), self.since))
+
+    def _close_answers(self) -> None:
+        if self.answers >= 0:
+            os.close(self.answers)
+            self.answers = -1
+
+    def taken_from_recording(self) -> list[str]:
+        """What this run used that the recording beside it wrote: its verdicts may rest on
+        the reference's values."""
+        return overlap.taken_from(self.touches.data(), self.recording_touched, self.since)
 
     def begin(self, suite: Suite, todo: dict[str, Pending], result: Generation,
               lock: ExitStack) -> None:
@@ -155,10 +190,11 @@ class Underway:
         self.stack.enter_context(lock)
         cases = {nodeid: p.harness for nodeid, p in todo.items()}
         self.job = replace(self.job, cases=cases, parts=suite.entry.parts, wanted=-1)
-        pipe, self.cases_pipe = self.cases_pipe, -1  # the sender closes it
+        pipe, self.cases_pipe = self.cases_pipe, -1  # the answer goes back on it
         # a thread: the recording reads its cases once it has collected, and a pipe holds
         # only so much
-        threading.Thread(target=_send, args=(pipe, cases, suite.entry.parts), daemon=True,
+        self.answers = pipe
+        threading.Thread(target=send_cases, args=(pipe, cases, suite.entry.parts), daemon=True,
                          name="torch-regression cases").start()
 
     def _close_cases(self) -> None:
@@ -170,7 +206,7 @@ class Underway:
     def cancel(self) -> None:
         """Nothing is to be recorded after all: the recording, which has stored nothing and
         holds no lock, is stopped (whatever it was starting: conftests, torch) and let go."""
-        if self._running():
+        if self.running():
             self.ended = Generation()
             self._stop(grace=10.0)
 
@@ -243,11 +279,3 @@ class Underway:
             require_all_ran(self.todo, self.result)
         suite.entry.touch()
         return self.result
-
-
-def _send(pipe: int, cases: dict[str, str], parts: dict[str, str]) -> None:
-    """Send the recording its cases and the environment's key parts, then close the pipe."""
-    try:
-        send_cases(pipe, cases, parts)
-    finally:
-        os.close(pipe)

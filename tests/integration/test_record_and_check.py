@@ -403,3 +403,84 @@ def test_a_run_cut_short_records_no_doubtful_case_alone_and_stores_nothing_for_i
     assert "recording 1 of 1 cases" not in text, text
     again = repo.invoke("test", env={"SUITE_PORT": port})
     assert "recording 1 of 2 cases" in again.stdout, output(again)  # nothing was stored
+
+
+SHARED_FILE_CASES = """\
+import fcntl
+import os
+import socket
+import threading
+
+import pytest
+import torch
+import subj
+
+SHARED = os.environ["SHARED_FILE"]  # outside the repository, the same for both runs
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_saved_and_loaded(regression, index):
+    torch.save(subj.forward(regression.randn(2, 4) + index), SHARED)
+    regression.check(torch.load(SHARED))
+
+
+def test_under_a_lock_file(regression):
+    with open(SHARED + ".lock", "a") as lock:  # as filelock and many suites do
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        regression.check(subj.forward(regression.randn(2, 4)))
+
+
+def test_served_on_a_fixed_port(regression):
+    value = subj.forward(regression.randn(2, 4))
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # both runs can bind it
+    server.bind(("127.0.0.1", int(os.environ["SUITE_PORT"])))
+    server.listen()
+
+    def serve():
+        connection, _ = server.accept()
+        connection.sendall(value.numpy().tobytes())
+        connection.close()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    client = socket.create_connection(("127.0.0.1", int(os.environ["SUITE_PORT"])))
+    data = b""
+    while len(data) < value.numel() * 4:
+        data += client.recv(1 << 16)
+    client.close()
+    thread.join(timeout=5)
+    server.close()
+    regression.check(torch.frombuffer(bytearray(data), dtype=torch.float32))
+"""
+
+
+@pytest.mark.slow
+def test_a_case_that_shares_a_file_or_port_with_the_check_run_is_never_stored_from_it(
+        tmp_path: Path) -> None:
+    """Every case saves the subject's output to one file outside the repository and loads
+    it back, or serves it on a fixed port: beside the check run, the recording could read
+    the check run's value. With the subject changed, no case passes cold; the references
+    stored are the reference's own (recorded again alone), so the warm runs call every
+    case changed; a subject left alone is identical warm."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/test_subj.py", SHARED_FILE_CASES)
+    repo.commit("tests that share a file")
+    repo.git("tag", "-f", "-a", "v1", "-m", "the reference")
+    env = {"SHARED_FILE": str(tmp_path / "shared.pt"), "SUITE_PORT": str(_free_port())}
+    repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
+    cold = repo.invoke("test", env=env)
+    text = output(cold)
+    assert cold.returncode != 0, text
+    assert "each checked as soon as it is stored" in text, text
+    assert "10 cases: 0 identical" in text, text
+    assert "this recording and the check run beside it used" in text, text
+    assert re.search(r"10 errors? in", text), text  # pytest's own line agrees
+    for _ in range(2):
+        warm = repo.invoke("test", env=env)
+        assert warm.returncode == 1, output(warm)
+        assert "10 cases: 0 identical, 10 changed" in output(warm), output(warm)
+    repo.git("checkout", "--", "subj/__init__.py")
+    same = repo.invoke("test", env=env)
+    assert same.returncode == 0, output(same)
+    assert "10 cases: 10 identical" in output(same), output(same)

@@ -246,3 +246,57 @@ def test_blob_reference_through_invoke_exits_2_without_traceback(subject_repo: R
         assert done.returncode == 2, output(done)
         assert "'HEAD:README.md' names a file (a git blob), not a commit" in output(done)
         assert "Traceback" not in output(done)
+
+
+def _layouts(tmp_path: Path) -> Repo:
+    """Committed: a flat subject, a src/ subject, tests with data; then edited in the tree."""
+    repo = init_repo(tmp_path / "repo", tmp_path / "cache")
+    for name, text in {"flat/__init__.py": "A = 1\n", "src/pkg/__init__.py": "B = 1\n",
+                       "src/helper.py": "C = 1\n", "tests/data/in.json": "old\n",
+                       "tests/test_x.py": "", "bench/inputs.txt": "old\n",
+                       "setup.cfg": "old\n"}.items():
+        repo.write(name, text)
+    repo.commit("reference")
+    for name in ("tests/data/in.json", "bench/inputs.txt", "setup.cfg", "src/helper.py",
+                 "flat/__init__.py", "src/pkg/__init__.py"):
+        repo.write(name, "new\n")
+    repo.write("tests/data/untracked.bin", "new\n")
+    (repo.path / "tests" / "test_x.py").unlink()
+    return repo
+
+
+@pytest.mark.parametrize("tests, harness, working, reference", [
+    (["tests"], [], ["tests/data/in.json", "tests/data/untracked.bin"],
+     ["flat/__init__.py", "src/pkg/__init__.py", "src/helper.py", "setup.cfg"]),
+    (["tests"], ["bench/inputs.txt"], ["bench/inputs.txt", "tests/data/in.json"],
+     ["setup.cfg", "src/pkg/__init__.py"]),
+    (["."], [], ["tests/data/in.json", "setup.cfg", "src/helper.py"],
+     ["flat/__init__.py", "src/pkg/__init__.py"]),
+    (["src"], [], ["src/helper.py"], ["src/pkg/__init__.py", "tests/data/in.json"]),
+    (["flat"], [], [], ["flat/__init__.py", "tests/data/in.json"]),  # inside the subject
+], ids=["tests", "harness", "root", "beside-src", "in-subject"])
+def test_working_harness_is_laid_in_the_worktree(tmp_path: Path, tests: list[str],
+                                                  harness: list[str], working: list[str],
+                                                  reference: list[str]) -> None:
+    """The test folders and harness files read the working tree's bytes in the worktree;
+    the subject's folders (flat/, src/pkg/) stay the reference's; a file deleted in the
+    working tree is gone there too; removing the worktree leaves the working tree whole."""
+    from regression.worktree import lay_working_harness
+
+    repo = _layouts(tmp_path)
+    before = repo.snapshot()
+    git = open_repo(repo.path)
+    with reference_worktree(git, resolve_revision(git, "HEAD")) as folder:
+        lay_working_harness(folder, repo.path, tests, [repo.path / h for h in harness],
+                            [repo.path / "flat", repo.path / "src" / "pkg"])
+        for name in working:
+            assert (folder / name).read_text() == "new\n", name
+        for name in reference:
+            assert (folder / name).read_text() in ("old\n", "A = 1\n", "B = 1\n", "C = 1\n"), \
+                name
+        if tests != ["flat"]:
+            laid = bool({"tests", "."} & set(tests))  # deleted in the working tree
+            assert (folder / "tests" / "test_x.py").exists() != laid
+        assert (folder / ".git").is_file()  # git's own link to the worktree is kept
+    assert repo.snapshot() == before
+    assert not folder.exists()

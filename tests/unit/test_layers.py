@@ -65,11 +65,6 @@ def test_gitpython_is_imported_nowhere_git_runs_through_revision() -> None:
         assert "git" not in imports and not any(i.startswith("git.") for i in imports), name
 
 
-@pytest.mark.parametrize("name", list(MODULES))
-def test_no_module_is_over_400_lines(name: str) -> None:
-    assert len(MODULES[name].read_text(encoding="utf-8").splitlines()) <= 400
-
-
 @pytest.mark.parametrize("name", [n for n in LOWER if not n.startswith("regression.plugin")])
 def test_store_and_the_cores_stand_on_no_pytest_plugin_diagnosis_or_command_line(name: str) -> None:
     """The plugin may use the store and the cores, never the other way round."""

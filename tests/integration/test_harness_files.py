@@ -1,0 +1,120 @@
+"""The harness is the working tree's in both runs: a data file under the test folders reads
+the working tree's bytes at the reference as in the check, however a test names it (relative
+to the project's root, to `__file__`, through a fixture), cold or warm, recorded beside the
+check or first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import CONFIG, SUBJECT, TASKS, Repo, init_repo, output
+
+TESTS = """\
+import json
+from pathlib import Path
+
+import subj
+
+
+def test_root_relative(regression):
+    scale = json.load(open("tests/data/in.json"))["scale"]
+    regression.check(subj.forward(regression.randn(2, 4)) * scale)
+
+
+def test_by_file(regression):
+    scale = json.loads((Path(__file__).parent / "data" / "in.json").read_text())["scale"]
+    regression.check(subj.forward(regression.randn(2, 4)) * scale)
+
+
+def test_by_fixture(regression, data_scale):
+    regression.check(subj.forward(regression.randn(2, 4)) * data_scale)
+"""
+
+CONFTEST = """\
+import json
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def data_scale():
+    return json.loads(Path("tests/data/in.json").read_text())["scale"]
+"""
+
+
+def _repo(path: Path, cache: Path, beside: bool = True) -> Repo:
+    repo = init_repo(path, cache)
+    config = CONFIG.format(reference="v1", path=".")
+    repo.write("config.yaml", config + ("" if beside else "record_beside_check: false\n"))
+    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
+    repo.write("tests/test_data.py", TESTS)
+    repo.write("tests/conftest.py", CONFTEST)
+    repo.write("tests/data/in.json", '{"scale": 1.0}\n')
+    repo.write("tasks.py", TASKS)
+    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
+    repo.write(".gitignore", "__pycache__/\n")
+    repo.commit("v1")
+    repo.git("tag", "v1")
+    return repo
+
+
+def _halve_data_double_subject(repo: Repo) -> None:
+    """Exact in floating point: the product is the same, so a run that read the reference's
+    data at the reference would call every case identical."""
+    repo.write("tests/data/in.json", '{"scale": 0.5}\n')
+    repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
+
+
+@pytest.mark.parametrize("beside", [True, False], ids=["beside", "first"])
+def test_data_halved_and_subject_doubled_fails_cold(tmp_path: Path, beside: bool) -> None:
+    repo = _repo(tmp_path / "repo", tmp_path / "cache", beside)
+    _halve_data_double_subject(repo)
+    before = repo.snapshot()
+    done = repo.invoke("test")
+    assert done.returncode == 1, output(done)
+    assert "3 changed" in output(done), output(done)
+    assert repo.snapshot() == before  # the links into the tree changed nothing in it
+    assert (repo.path / "tests" / "data" / "in.json").read_text() == '{"scale": 0.5}\n'
+
+
+def test_data_halved_and_subject_doubled_fails_warm(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "repo", tmp_path / "cache")
+    first = repo.invoke("gen")
+    assert first.returncode == 0, output(first)
+    _halve_data_double_subject(repo)
+    done = repo.invoke("test")
+    assert done.returncode == 1, output(done)
+    assert "3 changed" in output(done), output(done)
+    again = repo.invoke("test")  # the references recorded with the new data are kept
+    assert again.returncode == 1 and "3 changed" in output(again), output(again)
+
+
+def test_data_edited_alone_is_no_change_of_the_subject(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "repo", tmp_path / "cache")
+    first = repo.invoke("gen")
+    assert first.returncode == 0, output(first)
+    repo.write("tests/data/in.json", '{"scale": 0.5}\n')
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "3 identical" in output(done), output(done)
+    assert "recording 3 of 3 cases" in output(done)  # the data is each case's helper
+
+
+def test_a_data_file_only_the_working_tree_has_is_read_at_the_reference(tmp_path: Path
+                                                                        ) -> None:
+    """A new data file, untracked: the reference's worktree has none of its own."""
+    repo = _repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("tests/test_new.py", """\
+        import subj
+
+
+        def test_new_data(regression):
+            scale = float(open("tests/data/new.txt").read())
+            regression.check(subj.forward(regression.randn(2, 4)) * scale)
+        """)
+    repo.write("tests/data/new.txt", "0.5\n")
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "4 identical" in output(done), output(done)
