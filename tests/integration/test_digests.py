@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import CONFIG, TASKS, init_repo, output, stored_files
+from helpers import CONFIG, TASKS, init_repo, output, stored_bytes, stored_files
 
 SUBJECT = """\
 import torch
@@ -69,8 +69,3 @@ def test_digests_are_compared_bit_exact_and_reported_in_full_on_demand(tmp_path:
     # the values were for that report only: the entry holds the digest-only records again
     assert stored_bytes(repo.cache) == digests_only
     assert "the cache keeps the digests of 2 cases again" in full
-
-
-def stored_bytes(cache: Path) -> dict[Path, bytes]:
-    """The bytes of every stored reference file (records and tensor files), by path."""
-    return {path.relative_to(cache): path.read_bytes() for path in stored_files(cache)}
