@@ -10,10 +10,11 @@ from typing import Iterator
 import torch
 
 from regression.store.codec import DTYPES as STORED_DTYPES
-from regression.store.codec import dtype_name, float_bits, path_label
+from regression.store.codec import complex_name, dtype_name, float_bits, path_label, resolved
 from regression.store.digest import TensorDigest, digest_tensor, tensor_xxh3
-from regression.tensordiff import CHUNK, SAME_WIDTH_INT, scan
-from regression.tensordiff_text import headline, report_lines
+from regression.tensordiff import CHUNK, SAME_WIDTH_INT, scan, scan_complex
+from regression.tensordiff_text import (complex_headline, complex_report_lines, headline,
+                                        report_lines)
 
 
 VALUES, SHAPES, DTYPES, ORDER = "values", "shapes", "dtypes", "order"
@@ -201,7 +202,10 @@ def _same_bits(reference: torch.Tensor, actual: torch.Tensor) -> bool:
 
 
 def _dtype_of(value: torch.Tensor | TensorDigest) -> str:
-    return value.dtype if isinstance(value, TensorDigest) else dtype_name(value.dtype)
+    """A digest's dtype name; a tensor's, named as its digest would name it."""
+    if isinstance(value, TensorDigest):
+        return value.dtype
+    return complex_name(value.dtype) if value.is_complex() else dtype_name(value.dtype)
 
 
 def _xxh3(value: torch.Tensor | TensorDigest) -> str:
@@ -235,7 +239,7 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
                           kind=SHAPES)
     signature = _signature(actual)
     if reference.is_complex():
-        reference, actual = torch.view_as_real(reference), torch.view_as_real(actual)
+        return _compare_complex(resolved(reference), resolved(actual), label, chunk)
     if _same_bits(reference, actual):
         return None  # the common case, in one pass with no copy: most cases are identical
     diff = scan(reference, actual, chunk)
@@ -245,3 +249,20 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
                       max_abs=diff.largest_size,
                       max_relative=diff.relative_size if diff.floating else None,
                       lines=tuple(report_lines(diff)))
+
+
+def _compare_complex(reference: torch.Tensor, actual: torch.Tensor, label: str, chunk: int
+                     ) -> Difference | None:
+    """The difference between two complex tensors of one dtype and shape, part by part:
+    which part, real or imaginary, differs and by how much."""
+    if _same_bits(torch.view_as_real(reference), torch.view_as_real(actual)):
+        return None
+    diff = scan_complex(reference, actual, chunk)
+    if not diff.differing:
+        return None
+    parts = [part for part in (diff.real, diff.imag) if part.differing]
+    return Difference(label, f"{_signature(actual)}: {complex_headline(diff)}",
+                      differing=diff.differing,
+                      max_abs=max(part.largest_size for part in parts),
+                      max_relative=max(part.relative_size for part in parts),
+                      lines=tuple(complex_report_lines(diff)))

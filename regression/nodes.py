@@ -1,7 +1,9 @@
 """The JSON form of a stored value, checked without torch: a record is valid only if it decodes.
 
 A value is a tree of one-item nodes: {"tensor": name}, {"digest": {dtype, shape, xxh3,
-min, max, mean, std, nan, inf}} (a tensor stored as a digest), {"none": true}, {"bool": b},
+min, max, mean, std, nan, inf}} (a tensor stored as a digest), {"complex": {"dtype":
+"complex64", "view": tensor or digest node}} (a complex tensor, by its real view: its real
+and imaginary parts as a last dim of 2, in F16, F32 or F64), {"none": true}, {"bool": b},
 {"int": "digits"}, {"float": "16 hex digits"}, {"str": s}, {"list": [node...]},
 {"tuple": [node...]} and {"dict": [[key node, value node]...]}. Dict keys are None, bools,
 ints, floats, strings or tuples of them, each key at most once. Nothing nests more than
@@ -24,6 +26,9 @@ _FLOAT = re.compile(r"[0-9a-f]{16}")
 _DTYPE = re.compile(r"[A-Z][A-Z0-9_]{0,15}")
 _XXH3 = re.compile(r"[0-9a-f]{32}")
 _DIGEST_FIELDS = frozenset({"dtype", "shape", "xxh3", "min", "max", "mean", "std", "nan", "inf"})
+COMPLEX_PARTS = {"complex32": "F16", "complex64": "F32", "complex128": "F64"}
+"""Each complex dtype (torch's name) and the safetensors dtype of its parts: a complex tensor
+is stored as its real view, torch.view_as_real, with the complex dtype in its node."""
 
 
 def float_bits(value: float) -> str:
@@ -64,6 +69,8 @@ def _check(node: object, path: tuple[object, ...], depth: int, names: list[str])
         names.append(content)
     elif kind == "digest":
         _digest(content, path)
+    elif kind == "complex":
+        _complex(content, path, depth, names)
     elif kind in _SCALARS:
         _scalar(kind, content, path)
     elif kind in ("list", "tuple"):
@@ -93,6 +100,26 @@ def _digest(content: object, path: tuple[object, ...]) -> None:
             and _natural(content["nan"]) and _natural(content["inf"]))
     if not good:
         raise _malformed(path, "an ill-formed digest node")
+
+
+def _complex(content: object, path: tuple[object, ...], depth: int, names: list[str]) -> None:
+    """Check a complex node: its dtype, and the tensor or digest node of its real view."""
+    if not isinstance(content, dict) or set(content) != {"dtype", "view"} or \
+            content["dtype"] not in COMPLEX_PARTS:
+        raise _malformed(path, "a complex node must hold exactly a dtype (one of " +
+                         ", ".join(COMPLEX_PARTS) + ") and the view node")
+    kind, view = _one_item(content["view"], path, depth + 1)
+    if kind not in ("tensor", "digest"):
+        raise _malformed(path, f"a complex node's view must be a tensor or digest node, "
+                               f"not a {kind!r} node")
+    _check(content["view"], path, depth + 1, names)
+    if kind == "digest":
+        assert isinstance(view, dict)  # checked by _digest
+        shape = view["shape"]
+        if view["dtype"] != COMPLEX_PARTS[content["dtype"]] or not shape or shape[-1] != 2:
+            raise _malformed(path, f"the digest of a {content['dtype']} tensor's real view "
+                                   f"must be {COMPLEX_PARTS[content['dtype']]} with a last "
+                                   "dim of 2")
 
 
 def _natural(value: object) -> bool:

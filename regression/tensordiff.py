@@ -1,6 +1,7 @@
 """How two tensors of one dtype and shape differ, element by element: how many elements,
 the largest absolute and relative change, distances in ULPs, the first differing elements,
-and the verdict: rounding or changed behaviour, judged on the tensor's own scale.
+and the verdict: rounding or changed behaviour, judged on the tensor's own scale. Complex
+tensors part by part: real and imaginary.
 
 Works through a chunk of elements at a time, so memory stays the inputs plus small buffers.
 Pure: no pytest, no storage.
@@ -67,8 +68,10 @@ class TensorDiff:
         return str(tuple(int(i) for i in position))
 
 
-def scan(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHUNK) -> TensorDiff:
-    """Every differing element of two tensors of one (real) dtype and shape, chunk by chunk."""
+def scan(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHUNK,
+         scale: tuple[torch.Tensor, torch.Tensor] | None = None) -> TensorDiff:
+    """Every differing element of two tensors of one (real) dtype and shape, chunk by chunk;
+    their scale is the RMS of `scale` where given, else their own."""
     diff = TensorDiff(tuple(reference.shape), reference.numel(), reference.is_floating_point(),
                       reference.dtype)
     offset = 0
@@ -81,9 +84,39 @@ def scan(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHUNK) -> T
         largest = diff.largest
         diff.largest_size = float(abs(int(largest.actual.item()) - int(largest.reference.item())))
     if diff.differing and diff.floating:  # only then: identical tensors cost one pass
-        diff.rms = _rms(reference, actual, chunk)
+        diff.rms = _rms(*(scale or (reference, actual)), chunk)
         diff.scaled_ulps = _scaled_ulps(reference, actual, diff.rms, chunk)
     return diff
+
+
+@dataclass
+class ComplexDiff:
+    """What differs between two complex tensors of one dtype and shape, part by part."""
+
+    differing: int
+    """Complex elements whose real or imaginary part (or both) differ."""
+    numel: int
+    real: TensorDiff
+    imag: TensorDiff
+
+
+def scan_complex(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHUNK
+                 ) -> ComplexDiff:
+    """Both parts of two complex tensors of one dtype and shape (no lazy conjugate bit),
+    each scanned as a tensor of the complex shape, at the scale of both parts together:
+    rounding in complex arithmetic follows the magnitudes, not one part's alone."""
+    scale = torch.view_as_real(reference), torch.view_as_real(actual)
+    real = scan(reference.real, actual.real, chunk, scale)
+    imag = scan(reference.imag, actual.imag, chunk, scale)
+    differing = 0
+    if real.differing and imag.differing:  # else the one part's count is the count
+        for ref_re, new_re, ref_im, new_im in zip(
+                *(pieces(part, chunk) for part in (reference.real, actual.real,
+                                                   reference.imag, actual.imag))):
+            either = (as_int(ref_re) != as_int(new_re)) | (as_int(ref_im) != as_int(new_im))
+            differing += int(either.sum())
+    return ComplexDiff(differing or real.differing + imag.differing, reference.numel(),
+                       real, imag)
 
 
 def _rms(reference: torch.Tensor, actual: torch.Tensor, chunk: int) -> float:

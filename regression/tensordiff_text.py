@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from regression.tensordiff import BANDS, SAME_WIDTH_INT, ULP_BUCKETS, Element, TensorDiff
+from regression.tensordiff import (BANDS, SAME_WIDTH_INT, ULP_BUCKETS, ComplexDiff, Element,
+                                   TensorDiff)
 
 
 def verdict(diff: TensorDiff) -> str:
@@ -45,17 +46,54 @@ def _ulps_text(ulps: float) -> str:
 
 def headline(diff: TensorDiff) -> str:
     """The difference in one line: how many elements, the largest change, the verdict."""
-    head = f"{diff.differing} of {diff.numel} elements differ"
+    return f"{diff.differing} of {diff.numel} elements differ{_largest_text(diff)}"
+
+
+def _largest_text(diff: TensorDiff, with_verdict: bool = True) -> str:
+    """The headline after its count: the largest change and (where asked) the verdict."""
     largest = diff.largest
     if largest is None:
-        return head
-    where = diff.where(largest.index)
+        return ""
     if diff.floating and diff.largest_size == 0:
         first = diff.first[0]
-        return (f"{head} in bits only (NaN payload or sign of zero); first at "
+        return (f" in bits only (NaN payload or sign of zero); first at "
                 f"{diff.where(first.index)} ({_values_text(diff, first, bits=True)})")
-    return (f"{head}; max |diff| {diff.largest_size:.3g} at {where} "
-            f"({_values_text(diff, largest)}); {verdict(diff)}")
+    text = (f"; max |diff| {diff.largest_size:.3g} at {diff.where(largest.index)} "
+            f"({_values_text(diff, largest)})")
+    return f"{text}; {verdict(diff)}" if with_verdict else text
+
+
+def complex_headline(diff: ComplexDiff) -> str:
+    """A complex difference in one line: how many elements, in which part, the largest
+    change of each part that differs, the verdict of the worse one."""
+    head = f"{diff.differing} of {diff.numel} elements differ"
+    parts = _differing_parts(diff)
+    if len(parts) == 1:
+        (name, part), = parts
+        return f"{head}, in the {name} part only{_largest_text(part)}"
+    counts = ", ".join(f"{name} {part.differing}" for name, part in parts)
+    each = "".join(f"; {name} part:{_largest_text(part, with_verdict=False).lstrip(';')}"
+                   for name, part in parts)
+    worse = max((part for _, part in parts), key=lambda p: (p.max_ulps, p.scaled_ulps))
+    return f"{head}, in both parts ({counts}){each}; {verdict(worse)}"
+
+
+def complex_report_lines(diff: ComplexDiff) -> list[str]:
+    """The full report of a complex difference: each part's, or that it is bit-identical."""
+    lines = []
+    for name, part in (("real", diff.real), ("imaginary", diff.imag)):
+        if not part.differing:
+            lines.append(f"{name} part: bit-identical")
+            continue
+        lines.append(f"{name} part: {part.differing} of {part.numel} elements differ; "
+                     f"{verdict(part)}")
+        lines += [f"  {line}" for line in report_lines(part)]
+    return lines
+
+
+def _differing_parts(diff: ComplexDiff) -> list[tuple[str, TensorDiff]]:
+    return [(name, part) for name, part in (("real", diff.real), ("imaginary", diff.imag))
+            if part.differing]
 
 
 def report_lines(diff: TensorDiff) -> list[str]:

@@ -138,7 +138,7 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
            ) -> int:
     """One pytest run: it records what is missing (unless `no_gen`), then checks. With
     `full_values`, cases whose digests differ are recorded with their values and checked
-    again, for the full report."""
+    again, for the full report; their digest-only references are stored again after it."""
     args = [*_xdist_option(workers), *picked.pytest_args()]
     if strict:
         args.append("--regression-strict")
@@ -151,10 +151,10 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
                     selection=picked.describe())
     code, result = run_check(resolved, job, args, picked.cases)
     if full_values and code:
-        again = record_values(resolved, changed_cases(result), print)
-        if again:
-            _check(resolved, None, True, strict, None, False, workers=workers,
-                   picked=Selection(cases=tuple(again)))
+        with record_values(resolved, changed_cases(result), print) as again:
+            if again:  # checked against the values; the cache keeps the digests after
+                _check(resolved, None, True, strict, None, False, workers=workers,
+                       picked=Selection(cases=tuple(again)))
     return code
 
 
@@ -201,7 +201,8 @@ def _exit_with(code: int) -> None:
     "case": CASE_HELP,
     "device": DEVICE_HELP,
     "full-values": "where a reference kept only digests and they differ, record those cases' "
-                   "values at the reference and check them again: the full report",
+                   "values at the reference and check them again: the full report (for this "
+                   "run only: the cache keeps the digests)",
 }, iterable=["case"])
 def test(c: Context, reference: str | None = None, shard: str | None = None,
          strict: bool = False, junitxml: str | None = None, no_gen: bool = False,

@@ -6,10 +6,10 @@ the reference (in a worktree), under the cache entry's lock. The check run of `t
 from __future__ import annotations
 
 import subprocess
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from regression.errors import CacheError, CacheWriteError, ReadOnlyError, RegressionError, \
     StoreError, SubjectImportError
@@ -207,21 +207,35 @@ def require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
         )
 
 
-def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo) -> list[str]:
+@contextmanager
+def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo
+                  ) -> Iterator[list[str]]:
     """`invoke test --full-values`: record again, keeping every tensor's values, the cases
-    among `nodeids` whose stored reference keeps some only as a digest; returns those."""
+    among `nodeids` whose stored reference keeps some only as a digest; yields those. The
+    values are for this run's report only: on leaving, each case's digest-only record is
+    stored again, so the cache entry keeps no values it was not asked to keep."""
     from regression import determinism
 
     settings = reference.settings
     determinism.prepare_process(settings.device)  # as the check run does: its key
     entry = Entry(settings.cache_dir, environment_parts(settings, reference.sha))
     wanted = {n: h for n in nodeids if (h := entry.digested_harness(n)) is not None}
-    if wanted:
-        echo(f"recording the values of {_cases(len(wanted))} whose digests differ, at "
-             f"{reference.label}, for the full report ...")
+    kept = [record for n in wanted if (record := entry.load_case(n)) is not None]
+    if not wanted:
+        yield []
+        return
+    echo(f"recording the values of {_cases(len(wanted))} whose digests differ, at "
+         f"{reference.label}, for this run's full report (the cache keeps their digests) ...")
+    try:
         with entry.lock(), reference_worktree(reference.repo, reference.sha) as worktree:
             _record(Suite(reference, wanted, entry), worktree, wanted, echo, full_values=True)
-    return sorted(wanted)
+        yield sorted(wanted)
+    finally:
+        with entry.lock():
+            for record in kept:
+                entry.save_case(record)
+        echo(f"the cache keeps the digests of {_cases(len(kept))} again: the values recorded "
+             "for this report are not kept")
 
 
 def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,

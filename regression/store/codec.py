@@ -12,7 +12,7 @@ import torch
 from regression.errors import StoreError
 from regression.store.files import read_checked, temporary_file
 from regression.fingerprint import content_hasher
-from regression.nodes import MAX_DEPTH, deep_label, float_from_bits
+from regression.nodes import COMPLEX_PARTS, MAX_DEPTH, deep_label, float_from_bits
 from regression.nodes import float_bits as float_bits  # compare.py and tests read them from here
 from regression.nodes import path_label as path_label
 from regression.store.digest import TensorDigest, digest_tensor
@@ -40,7 +40,7 @@ class Encoder:
         if isinstance(value, torch.Tensor):
             return self._tensor_node(value, path)
         if isinstance(value, TensorDigest):
-            return {"digest": value.node()}
+            return digest_node(value)
         scalar = _scalar_node(value, path)
         if scalar is not None:
             return scalar
@@ -62,14 +62,20 @@ class Encoder:
         return [_key_node(key, key, path, depth), value_node]
 
     def _tensor_node(self, tensor: torch.Tensor, path: tuple[object, ...]) -> Node:
-        """A tensor's node: its values by name, or its digest where it is large enough."""
+        """A tensor's node: its values by name, or its digest where it is large enough; a
+        complex tensor's holds those of its real view, under its complex dtype."""
         problem = _tensor_problem(tensor, path_label(path))
         if problem:
             raise StoreError(f"cannot store {problem}")
         if self.digest_above is not None and \
                 tensor.numel() * tensor.element_size() > self.digest_above:
-            dtype_name(tensor.dtype, path_label(path))
-            return {"digest": digest_tensor(tensor).node()}
+            if not tensor.is_complex():
+                dtype_name(tensor.dtype, path_label(path))
+            return digest_node(digest_tensor(tensor))
+        if tensor.is_complex():
+            view = torch.view_as_real(resolved(tensor.detach()))
+            return {"complex": {"dtype": complex_name(tensor.dtype),
+                                "view": {"tensor": self._add(view)}}}
         return {"tensor": self._add(tensor)}
 
     def _add(self, tensor: torch.Tensor) -> str:
@@ -77,6 +83,30 @@ class Encoder:
         tensor = resolved(tensor.detach())
         self.tensors[name] = tensor.to("cpu", copy=True).contiguous() if self.copy else tensor
         return name
+
+
+def digest_node(digest: TensorDigest) -> Node:
+    """The node of a digest: a complex tensor's holds its real view's, under its dtype."""
+    node = {"digest": digest.real_view().node()}
+    return {"complex": {"dtype": digest.dtype, "view": node}} if digest.is_complex else node
+
+
+def complex_name(dtype: torch.dtype) -> str:
+    """torch's name of a complex dtype, as a complex node holds it: complex64."""
+    return str(dtype).removeprefix("torch.")
+
+
+def complex_view(view: torch.Tensor, dtype: str) -> torch.Tensor:
+    """The complex tensor of torch dtype `dtype` whose real view was stored as `view`;
+    StoreError when `view` cannot be one (another dtype, no last dim of 2)."""
+    parts = DTYPES.get(COMPLEX_PARTS.get(dtype, ""))
+    if view.dtype != parts or view.dim() == 0 or view.shape[-1] != 2:
+        raise StoreError(f"a stored {dtype} tensor's real view is {view.dtype} of shape "
+                         f"{list(view.shape)}, not {parts} with a last dim of 2")
+    if view.stride(-1) != 1 or any(stride % 2 for stride in view.stride()[:-1]) or \
+            view.storage_offset() % 2 or view.data_ptr() % (2 * view.element_size()):
+        view = view.clone(memory_format=torch.contiguous_format)  # e.g. a file's, misaligned
+    return torch.view_as_complex(view)
 
 
 def resolved(tensor: torch.Tensor) -> torch.Tensor:
@@ -90,10 +120,6 @@ def _tensor_problem(tensor: torch.Tensor, at: str) -> str:
     """Why safetensors cannot hold `tensor` and what to check instead ("" when it can)."""
     if tensor.is_meta:
         return f"a meta tensor at {at}: it has no data"
-    if tensor.is_complex():
-        real = "value.resolve_conj()" if tensor.is_conj() else "value"
-        return (f"a complex tensor at {at}: safetensors has no complex dtype; check "
-                f"torch.view_as_real({real}) instead")
     if tensor.is_quantized:
         return (f"a quantized tensor ({tensor.dtype}) at {at}: safetensors has no quantized "
                 "dtype; check value.dequantize() (its float values) or value.int_repr() (its "
@@ -154,6 +180,12 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
         return tensors[content]
     if kind == "digest":
         return TensorDigest.from_node(content)
+    if kind == "complex":
+        view = decode(content["view"], tensors)
+        if isinstance(view, TensorDigest):
+            return view.of_complex(content["dtype"])
+        assert isinstance(view, torch.Tensor)  # a tensor node (nodes.tensor_names checks)
+        return complex_view(view, content["dtype"])
     if kind == "none":
         return None
     if kind in ("bool", "str"):

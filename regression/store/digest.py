@@ -2,16 +2,18 @@
 
 For outputs too large to keep (a model's initial weights, checked for a thousand models):
 the comparison stays bit-exact (equal digests of one dtype and shape), and the summary says
-what the values were like, since the values themselves are not stored.
+what the values were like, since the values themselves are not stored. A complex tensor's
+digest is that of its real view (torch.view_as_real: the same bytes), under its complex
+dtype and shape; its summary is of both parts together.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from regression.nodes import float_bits, float_from_bits
+from regression.nodes import COMPLEX_PARTS, float_bits, float_from_bits
 
 if TYPE_CHECKING:
     import torch
@@ -27,15 +29,32 @@ class TensorDigest:
     """What is kept of a tensor stored as a digest: enough to compare it bit for bit."""
 
     dtype: str
-    """The safetensors name of its dtype (F32, BF16, I64...)."""
+    """The safetensors name of its dtype (F32, BF16, I64...); torch's for a complex dtype
+    (complex64), which safetensors stores as its real view."""
     shape: tuple[int, ...]
     xxh3: str
     """xxh3-128 of its bytes in row-major (contiguous) order, little-endian, as hex."""
     stats: tuple[float | None, ...] = (None, None, None, None)
     counts: tuple[int, int] = (0, 0)
 
+    @property
+    def is_complex(self) -> bool:
+        return self.dtype in COMPLEX_PARTS
+
+    def real_view(self) -> TensorDigest:
+        """The digest of a complex tensor's real view (its own digest for a real tensor):
+        the same bytes, in the dtype of its parts, with a last dim of 2."""
+        if not self.is_complex:
+            return self
+        return replace(self, dtype=COMPLEX_PARTS[self.dtype], shape=(*self.shape, 2))
+
+    def of_complex(self, dtype: str) -> TensorDigest:
+        """The digest of the complex tensor (of torch dtype `dtype`) this real view holds."""
+        return replace(self, dtype=dtype, shape=self.shape[:-1])
+
     def node(self) -> dict[str, Any]:
-        """The JSON content of its {"digest": ...} node (floats by their exact bits)."""
+        """The JSON content of its {"digest": ...} node (floats by their exact bits); a
+        complex tensor's node holds its real_view's (store/codec.py)."""
         return {"dtype": self.dtype, "shape": list(self.shape), "xxh3": self.xxh3,
                 **{k: None if v is None else float_bits(v) for k, v in zip(STATS, self.stats)},
                 **dict(zip(COUNTS, self.counts))}
@@ -53,14 +72,20 @@ class TensorDigest:
         """Its statistics in one line, for a report that has no values to show."""
         shown = ", ".join(f"{k} {'-' if v is None else f'{v:.6g}'}"
                           for k, v in zip(STATS, self.stats))
-        return f"{shown}, {self.counts[0]} NaN, {self.counts[1]} inf"
+        parts = "real and imaginary parts together: " if self.is_complex else ""
+        return f"{parts}{shown}, {self.counts[0]} NaN, {self.counts[1]} inf"
 
 
 def digest_tensor(tensor: torch.Tensor) -> TensorDigest:
-    """The digest of a tensor, and its statistics; memory stays a chunk, not a copy."""
+    """The digest of a tensor, and its statistics; memory stays a chunk, not a copy. A
+    complex tensor's is its real view's, under its complex dtype and shape."""
     import torch
 
-    from regression.store.codec import dtype_name
+    from regression.store.codec import complex_name, dtype_name, resolved
+
+    if tensor.is_complex():
+        view = torch.view_as_real(resolved(tensor.detach()))
+        return digest_tensor(view).of_complex(complex_name(tensor.dtype))
 
     values = _pieces(tensor)
     count, total, squares = 0, 0.0, 0.0
@@ -96,8 +121,12 @@ def tensor_xxh3(tensor: torch.Tensor) -> str:
 
 
 def _pieces(tensor: torch.Tensor) -> Any:
-    """The values as contiguous CPU pieces in row-major order (lazy bits resolved)."""
+    """The values as contiguous CPU pieces in row-major order (lazy bits resolved; a
+    complex tensor's real view: the same bytes)."""
+    import torch
+
     from regression.store.codec import resolved
     from regression.tensordiff import CHUNK, pieces
 
-    return pieces(resolved(tensor.detach()), CHUNK)
+    tensor = resolved(tensor.detach())
+    return pieces(torch.view_as_real(tensor) if tensor.is_complex() else tensor, CHUNK)

@@ -220,6 +220,11 @@ def stored_files(cache: Path) -> dict[Path, tuple[int, int]]:
             and p.suffix != ".lock"}
 
 
+def stored_bytes(cache: Path) -> dict[Path, bytes]:
+    """The bytes of every stored reference file (records and tensor files), by path."""
+    return {path.relative_to(cache): path.read_bytes() for path in stored_files(cache)}
+
+
 def build_wheel(folder: Path) -> Path:
     """This project built as a wheel into `folder`, as a user would install it."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import CONFIG, TASKS, init_repo, output, stored_files
+from helpers import CONFIG, TASKS, init_repo, output, stored_bytes, stored_files
 
 SUBJECT = """\
 import torch
@@ -57,6 +57,7 @@ def test_digests_are_compared_bit_exact_and_reported_in_full_on_demand(tmp_path:
     assert "`invoke test --full-values` records them at the reference" in text
     assert "all differing elements" not in text  # no values to show
 
+    digests_only = stored_bytes(repo.cache)
     done = repo.invoke("test", "--full-values")
     text = output(done)
     assert done.returncode == 1, text
@@ -65,3 +66,6 @@ def test_digests_are_compared_bit_exact_and_reported_in_full_on_demand(tmp_path:
     assert "float32[64, 256]: 1 of 16384 elements differ" in full
     assert "all differing elements:\n" in full and "(17, 33): reference" in full
     assert "a digest: the values were not stored" not in full
+    # the values were for that report only: the entry holds the digest-only records again
+    assert stored_bytes(repo.cache) == digests_only
+    assert "the cache keeps the digests of 2 cases again" in full
