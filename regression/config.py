@@ -12,7 +12,7 @@ import yaml
 from regression.configpaths import (CACHE_DIR_ENV, CONFIG_NAME, DEFAULT_CACHE_DIR,
                                     NO_DEFAULT_CACHE_ENV, DefaultCacheInTests, cache_dir_problem,
                                     chosen_cache_dir, default_cache_dir, find_config,
-                                    git_top_level)
+                                    git_top_level, submodule_holding)
 from regression.configreader import Reader
 from regression.configvalues import usable_cpus
 from regression.dependencies import normalized
@@ -201,7 +201,26 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
     for section in (reader, subject, determinism, fingerprint, shards, storage):
         section.reject_unknown()
     _require_apart(fingerprint, settings.fingerprint_packages, settings.fingerprint_exclude)
+    _require_no_submodule(subject, settings)
     return settings
+
+
+def _require_no_submodule(subject: Reader, settings: Settings) -> None:
+    """The subject is this repository's own: a worktree of the reference holds no submodule's
+    files (git does not check them out there), so a subject in one can never be recorded."""
+    base = settings.root / settings.subject_path
+    for key, folder in (("path", base), *(("packages", base / p) for p in
+                                          settings.subject_packages)):
+        submodule = submodule_holding(settings.root, folder)
+        if submodule is not None:
+            raise subject.error(key, (
+                f"{os.path.relpath(folder, settings.root)} is in the git submodule "
+                f"{os.path.relpath(submodule, settings.root)}, and a subject in a submodule is "
+                "not supported: the reference's worktree does not check submodules out, "
+                "and their commits are not this repository's history. Fix: make the subject "
+                "part of this repository (vendor it, or install it as a package and test "
+                "your own code), or run torch-regression in the submodule's own repository, "
+                "with its own config.yaml"))
 
 
 def _require_apart(fingerprint: Reader, added: tuple[str, ...],

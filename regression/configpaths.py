@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from regression.errors import ConfigError
@@ -96,3 +97,32 @@ def git_top_level(start: Path) -> Path | None:
         if (folder / ".git").exists():
             return folder
     return None
+
+
+def submodule_holding(root: Path, folder: Path) -> Path | None:
+    """The git submodule (or repository nested in the project's) that holds `folder`, a
+    folder of the project at `root`, or None. No git process: a `.git` inside the project,
+    or a path in the top's .gitmodules (a submodule not checked out has no `.git` yet)."""
+    top = git_top_level(root)
+    if top is None:
+        return None
+    try:
+        parts = folder.relative_to(top).parts
+    except ValueError:
+        return None
+    declared = _gitmodule_paths(top)
+    for depth in range(1, len(parts) + 1):
+        inner = top.joinpath(*parts[:depth])
+        if "/".join(parts[:depth]) in declared or (inner / ".git").exists():
+            return inner
+    return None
+
+
+def _gitmodule_paths(top: Path) -> set[str]:
+    """The paths .gitmodules at `top` declares as submodules (none without one)."""
+    try:
+        text = (top / ".gitmodules").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    found = (re.fullmatch(r"\s*path\s*=\s*(.*?)\s*", line) for line in text.splitlines())
+    return {m.group(1).strip('"').strip("/") for m in found if m}

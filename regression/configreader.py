@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from regression.configpaths import DEFAULT_CACHE_DIR, cache_dir_problem
-from regression.configvalues import (DISTRIBUTION, closest, name_problem, parse_size, quoting_hint,
-                                     shown, subject_problem, usable_cpus)
+from regression.configvalues import (DISTRIBUTION, closest, name_problem, parse_size,
+                                     path_problem, quoting_hint, shown, subject_problem,
+                                     usable_cpus)
 from regression.errors import ConfigError
 from regression.yamlfile import Lined
 
@@ -133,11 +134,12 @@ class Reader:
             return default
         if isinstance(value, str):
             value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.error(key, "must be a list of paths relative to the config file")
         if not value and non_empty:
             raise self.error(key, "must name at least one folder or file")
         for item in value:
+            self.path_value(key, item)
             if Path(item).is_absolute() or ".." in Path(item).parts:
                 raise self.error(key, f"{item!r} must be relative and stay inside the project")
         return tuple(value)
@@ -152,10 +154,17 @@ class Reader:
                                        "number from 1")
         return dict(value)
 
+    def path_value(self, key: str, value: str) -> None:
+        """Raise unless `value` can name a file or folder: every path setting's one check."""
+        problem = path_problem(value)
+        if problem:
+            raise self.error(key, problem)
+
     def cache_dir(self, key: str, root: Path) -> str:
         value = self._typed(key, str, "a folder path")
         if value is None:
             return DEFAULT_CACHE_DIR
+        self.path_value(key, value)
         problem = cache_dir_problem((root / value).resolve(), root)
         if problem:
             raise self.error(key, f"{value!r} {problem}; name a folder of its own, "
@@ -198,6 +207,13 @@ class Reader:
         return bytes_
 
     def boolean(self, key: str, default: bool) -> bool:
+        """true or false; left out, `default`. An empty value (null, `key:` with nothing after
+        it) is refused: it reads as false to a person and would silently be the default."""
+        if key in self.data and self.data[key] is None:
+            raise self.error(key, f"must be true or false, got null (an empty value). Fix: "
+                                   f"write {self.prefix}{key}: true or {self.prefix}{key}: "
+                                   f"false, or remove the line for the default "
+                                   f"({str(default).lower()})")
         value = self._typed(key, bool, "true or false")
         return default if value is None else value
 

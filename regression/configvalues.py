@@ -30,6 +30,17 @@ def parse_size(value: object) -> int | None:
     return int(float(found.group(1)) * _UNITS[unit])
 
 
+def path_problem(value: str) -> str:
+    """Why `value` cannot name a file or folder on any system, or "": the one check of every
+    path-valued setting (a NUL byte, which YAML's "\\0" escape writes, or a blank name)."""
+    if "\0" in value:
+        return (f"{shown(value)} holds a NUL byte, which no file or folder name can hold "
+                "(YAML's \"\\0\" escape writes one). Fix: remove it")
+    if not value.strip():
+        return f"{value!r} is blank, which names no file or folder. Fix: write a path"
+    return ""
+
+
 def closest(name: str, candidates: list[str]) -> str:
     """The candidate `name` is most likely a misspelling of, or ""."""
     matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)

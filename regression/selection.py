@@ -32,22 +32,40 @@ class Selection:
         return " and ".join(parts)
 
 
+_NODE_ID_FORM = ("Give a node id as pytest prints it, relative to the project root (e.g. "
+                 "tests/regression/test_models.py::test_forward[vit]), or a test file.")
+
+
 def selection(expression: str | None, cases: list[str] | None, root: Path,
-              shard: str | None) -> Selection:
+              shard: str | None, tests: tuple[str, ...] = ()) -> Selection:
     """The selection given on the command line, checked: each node id's file exists under
-    `root`, and a shard is not chosen as well."""
+    `root`, within one of the `tests` folders (config.yaml's) when given, and a shard is not
+    chosen as well."""
     chosen = Selection((expression or "").strip(), tuple(cases or ()))
     if chosen and shard:
         raise RegressionError(f"--shard {shard} and {chosen.describe()} both choose cases; "
                               "use one: a shard in CI, -k or --case to run a few")
     for case in chosen.cases:
-        path = case.split("::", 1)[0]
-        if not (root / path).exists():
-            raise RegressionError(
-                f"--case {case}: there is no {path} in {root}. Give a node id as pytest "
-                "prints it, relative to the project root (e.g. "
-                "tests/regression/test_models.py::test_forward[vit]), or a test file.")
+        problem = _case_problem(case.split("::", 1)[0], root, tests)
+        if problem:
+            raise RegressionError(f"--case {case}: {problem}. {_NODE_ID_FORM}")
     return chosen
+
+
+def _case_problem(path: str, root: Path, tests: tuple[str, ...]) -> str:
+    """Why `path` (a node id's file) names no test file of the project at `root`, or ""."""
+    if "\0" in path:
+        return "it holds a NUL byte, which no file name can hold"
+    if Path(path).is_absolute() or ".." in Path(path).parts:
+        return f"{path} is not a path relative to the project root {root}"
+    if not (root / path).exists():
+        return f"there is no {path} in {root}"
+    target = (root / path).resolve()
+    folders = [(root / folder).resolve() for folder in tests]
+    if folders and not any(target == f or f in target.parents for f in folders):
+        return (f"{path} is outside the project's tests ({', '.join(tests)}, config.yaml's "
+                "`tests`), so it holds no case of this suite")
+    return ""
 
 
 def unknown_case(case: str, cases: Collection[str], option: str = "") -> RegressionError:

@@ -59,8 +59,19 @@ def verify(c: Context) -> None:
         print(f"FAULT {fault}")
     if faults:
         raise Exit(f"{len(faults)} faults in {cache_dir}; `invoke gen` re-records what it "
-                   "needs, `invoke cache.clear` empties the cache", code=1)
+                   f"needs, {_clearing(cache_dir)}", code=1)
     print(f"{len(inventory.entries(cache_dir))} entries in {cache_dir}: no faults")
+
+
+def _clearing(cache_dir: Path) -> str:
+    """What `cache.clear` does about the faults: all of them, or all but what it leaves."""
+    left = inventory.foreign(cache_dir)
+    if not left:
+        return "`invoke cache.clear` empties the cache (leftovers of removals cut short too)"
+    paths = " ".join(str(info.directory) for info in left)
+    return ("`invoke cache.clear` removes every entry and leftover, but leaves what is not "
+            f"provably the cache's: {paths}. Look inside, then remove it yourself "
+            f"(`rm -r {paths}`) or keep it")
 
 
 @task(help={

@@ -77,7 +77,8 @@ def _gen(reference: str | None, shard_spec: str | None, force: bool, workers: st
     repeat = _number("--repeat", repeat_text, MAX_REPEAT,
                      "the number of recordings of each case (2 finds nondeterministic ones)")
     resolved = resolve(current_settings(), reference)
-    picked = selection(*chosen, resolved.settings.root, shard_spec)
+    picked = selection(*chosen, resolved.settings.root, shard_spec,
+                       resolved.settings.tests)
     repeat = repeat or resolved.settings.determinism.repeat
     job = check_job(resolved, shard=spec, gen=GEN_ONLY, force=force,
                     workers=count, selection=picked.describe(), repeat=repeat)
@@ -215,7 +216,7 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
                 ("--case", case))
         spec, count = _shard(shard), _workers(workers)
         resolved = resolve(current_settings(), reference)
-        picked = selection(k, case, resolved.settings.root, shard)
+        picked = selection(k, case, resolved.settings.root, shard, resolved.settings.tests)
         code = _check(resolved, spec, no_gen, strict, junitxml, store_durations,
                       workers=count, picked=picked, full_values=full_values)
         _require_known_cases(resolved, picked, code)

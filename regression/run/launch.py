@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from typing import IO, Callable, Iterator, NoReturn, Protocol, Sequence
 
 from regression.config import CACHE_DIR_ENV, Settings
 from regression.errors import RegressionError
+from regression.lifeline import ending_with_this_process
 from regression.revision import git_environment
 from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, Job, RecordJob
 from regression.run.types import Echo
@@ -103,7 +105,8 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
         if progress is not None:
             return _streamed(command, settings.root, env, progress)
         return subprocess.run(command, cwd=settings.root, env=env, text=True,
-                              capture_output=capture, check=False)
+                              capture_output=capture, check=False,
+                              preexec_fn=ending_with_this_process())
 
 
 def start_pytest(settings: Settings, args: Sequence[str], job: RecordJob, folder: Path,
@@ -115,7 +118,7 @@ def start_pytest(settings: Settings, args: Sequence[str], job: RecordJob, folder
     command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
     return subprocess.Popen(command, cwd=settings.root, env=_child_environment(settings, job_file),
                             text=True, stdout=output, stderr=subprocess.STDOUT,
-                            pass_fds=tuple(pipes))
+                            pass_fds=tuple(pipes), preexec_fn=ending_with_this_process())
 
 
 def _streamed(command: list[str], cwd: Path, env: dict[str, str],
@@ -124,7 +127,8 @@ def _streamed(command: list[str], cwd: Path, env: dict[str, str],
     (which a terminal interrupts too) is given time to store what it finished."""
     kept: list[str] = []
     with subprocess.Popen(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT) as child:
+                          stderr=subprocess.STDOUT,
+                          preexec_fn=ending_with_this_process()) as child:
         assert child.stdout is not None
         try:
             for line in child.stdout:
@@ -208,15 +212,59 @@ def run_forked(settings: Settings, args: Sequence[str], job: CheckJob) -> int:
         environment = _child_environment(settings, job_file)  # its errors are this process's
         sys.stdout.flush()
         sys.stderr.flush()
+        ending = ending_with_this_process()
         pid = os.fork()
         if pid == 0:
+            if ending is not None:
+                ending()  # a cancelled job's KILL of this process ends the child too
             _run_child(settings, _pytest_args(settings, args, job), environment, job)
         child = Forked(pid)
         try:
-            return child.wait()
+            with _terminate_passed_on(child):
+                return child.wait()
         except KeyboardInterrupt:  # the child, in this process group, was interrupted too
             let_finish(child, first=30.0)
             return child.wait()
+        except Terminated:
+            child.end(grace=10.0)
+            raise SystemExit(128 + signal.SIGTERM) from None
+
+
+class Terminated(Exception):
+    """This process was sent TERM (a cancelled CI job) while its check run ran."""
+
+
+@contextmanager
+def _terminate_passed_on(child: Forked) -> Iterator[None]:
+    """While the check run runs, TERM to this process is passed on to it (which stops its
+    recording and lets go of the worktree and the lock), then raises Terminated here, so that
+    this process too lets go of what it holds. Only on the main thread, where signals go."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def passed_on(signum: int, frame: object) -> None:
+        child.send_signal(signal.SIGTERM)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, passed_on)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _end_at_once(signum: int, frame: object) -> None:
+    """TERM to the forked check run (passed on by the invoke process, or its parent-death
+    signal): its recording is stopped and its worktree, folders and lock let go (the
+    before_exit callbacks), and it ends now, without finishing the run."""
+    _run_at_exit()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
+            pass
+    os._exit(128 + signum)
 
 
 def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
@@ -224,6 +272,7 @@ def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
     """The forked check run: pytest, set up as in the root, then the process ends with its
     exit code, never returning into the caller's code."""
     code = 1
+    signal.signal(signal.SIGTERM, _end_at_once)
     try:
         import pytest
 
@@ -274,6 +323,14 @@ class Forked:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+    def end(self, grace: float) -> None:
+        """Wait `grace` seconds for the child to end (it was told to), then kill it."""
+        try:
+            self.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.wait()
 
 
 def tail(process: subprocess.CompletedProcess[str], lines: int = 30) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import stat
 from contextlib import suppress
@@ -67,14 +68,30 @@ def require_writable(folder: Path) -> None:
     raise ReadOnlyError(str(folder), f"the cache folder {folder} is read-only ({why})")
 
 
+TRASH = re.compile(r"\.trash-([0-9a-f]{32})-[0-9a-f]{8}")
+"""What an entry folder is renamed to before it is deleted; group 1: the entry's name."""
+
+
+def trashed_entry(name: str) -> str:
+    """The name of the entry a trash folder named `name` was, or "" if it is none."""
+    found = TRASH.fullmatch(name)
+    return found.group(1) if found else ""
+
+
 def remove_folder(directory: Path) -> None:
-    """Remove an entry folder, its identity file first so that a half-removed entry never
-    reads as valid; a symbolic link (or a file) in its place loses only itself."""
+    """Remove an entry folder: its identity file first, so that it never reads as valid,
+    then renamed to a trash name, so that a removal cut short (kill -9) leaves no folder
+    under the entry's name, and what it leaves is named as the cache's own (`TRASH`: prune,
+    clear and verify find it). A symbolic link (or a file) in its place loses only itself."""
     try:
         if directory.is_symlink() or directory.is_file():
             directory.unlink()
         elif directory.is_dir():
             (directory / ENTRY_FILE).unlink(missing_ok=True)
+            if not trashed_entry(directory.name):
+                trash = directory.with_name(f".trash-{directory.name}-{secrets.token_hex(4)}")
+                os.rename(directory, trash)
+                directory = trash
             shutil.rmtree(directory)  # unlinks links inside, never follows them
     except OSError as exc:
         raise write_error(directory, exc, "remove") from None

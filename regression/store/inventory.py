@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Collection, Mapping
 
 from regression.store.cache import Entry
-from regression.store.cachedir import ENTRY_FILE, EntryLock, lock_path, remove_folder, stranger, with_fix
+from regression.store.cachedir import (ENTRY_FILE, EntryLock, lock_path, remove_folder, stranger,
+                                       trashed_entry, with_fix)
 from regression.errors import CacheError, CacheWriteError, RegressionError
 from regression.revision import short
 
@@ -48,7 +49,8 @@ def entries(cache_dir: Path) -> list[EntryInfo]:
     for what is not provably one (it is listed with why, and never removed)."""
     found = []
     if cache_dir.is_dir():
-        for folder in sorted(p for p in cache_dir.iterdir() if _ENTRY_NAME.fullmatch(p.name)):
+        for folder in sorted(p for p in cache_dir.iterdir()
+                             if _ENTRY_NAME.fullmatch(p.name) or trashed_entry(p.name)):
             try:
                 entry: Entry | None = Entry.from_directory(folder)
                 fault, leftover = "", False
@@ -196,8 +198,9 @@ def remove_entry(directory: Path) -> bool:
     name, no link; or a leftover, see `stranger`): False, and nothing removed, when it is
     neither.
     """
+    name = trashed_entry(directory.name) or directory.name  # a removal cut short: its entry's
     try:
-        with EntryLock(lock_path(directory.parent, directory.name)):
+        with EntryLock(lock_path(directory.parent, name)):
             if not _provably_own(directory):
                 return False
             remove_folder(directory)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import Repo, output
+from helpers import Repo, init_repo, output
 
 from regression.config import MAX_CONFIG_BYTES, load_settings, usable_cpus
 from regression.errors import ConfigError
@@ -260,3 +260,56 @@ def test_bad_configs_through_invoke_exit_2_without_traceback(subject_repo: Repo)
         assert done.returncode == 2, output(done)
         assert words in output(done)
         assert "Traceback" not in output(done) and "INTERNALERROR" not in output(done)
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (("", 'cache_dir: "c\\0d"\n'), 'cache_dir: \'c\\x00d\' holds a NUL byte'),
+    (("", 'shards:\n  durations: "d\\0.json"\n'), "shards.durations: 'd\\x00.json' holds a NUL"),
+    (("path: .", 'path: "sub\\0"'), "subject.path: 'sub\\x00' holds a NUL byte"),
+    (("tests: [tests]", 'tests: ["tests\\0"]'), "tests: 'tests\\x00' holds a NUL byte"),
+    (("", "record_beside_check: null\n"), "record_beside_check: must be true or false, got null"),
+    (("  threads: 1", "  threads: 1\n  deterministic_algorithms:"),
+     "determinism.deterministic_algorithms: must be true or false, got null"),
+])
+def test_nul_paths_and_null_booleans_through_invoke_exit_2_with_the_fix(
+        subject_repo: Repo, change: tuple[str, str], words: str) -> None:
+    config = (subject_repo.path / "config.yaml").read_text()
+    old, new = change
+    subject_repo.write("config.yaml", config.replace(old, new) if old else config + new)
+    for task in ("key", "test"):
+        done = subject_repo.invoke(task)
+        assert done.returncode == 2, output(done)
+        assert words in output(done) and "Fix:" in output(done), output(done)
+        assert "Traceback" not in output(done) and "INTERNALERROR" not in output(done)
+
+
+def test_a_subject_in_a_real_submodule_exits_2_saying_so(subject_repo: Repo,
+                                                         tmp_path: Path) -> None:
+    library = init_repo(tmp_path / "library", tmp_path / "unused")
+    library.write("subj/__init__.py", "SCALE = 1.0\n")
+    library.commit("the subject")
+    subject_repo.git("rm", "-rq", "subj")
+    subject_repo.git("-c", "protocol.file.allow=always", "submodule", "add", "-q",
+                     str(library.path), "lib")
+    config = (subject_repo.path / "config.yaml").read_text()
+    subject_repo.write("config.yaml", config.replace("path: .", "path: lib"))
+    subject_repo.commit("the subject as a submodule")
+    done = subject_repo.invoke("test", "--reference", "HEAD")
+    assert done.returncode == 2, output(done)
+    assert "subject.path: lib is in the git submodule lib" in output(done)
+    assert "a subject in a submodule is not supported" in output(done)
+    assert "Fix: make the subject part of this repository" in output(done)
+    assert "Traceback" not in output(done)
+
+
+@pytest.mark.parametrize(("case", "words"), [
+    ("/etc/passwd", "--case /etc/passwd: /etc/passwd is not a path relative to the project"),
+    ("config.yaml", "--case config.yaml: config.yaml is outside the project's tests"),
+])
+def test_a_case_outside_the_tests_exits_2_saying_so(subject_repo: Repo, case: str,
+                                                    words: str) -> None:
+    for task in ("test", "gen"):
+        done = subject_repo.invoke(task, "--case", case)
+        assert done.returncode == 2, output(done)
+        assert words in output(done) and "Give a node id as pytest prints it" in output(done)
+        assert "Traceback" not in output(done)

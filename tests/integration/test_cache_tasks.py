@@ -128,3 +128,26 @@ def test_gen_never_writes_a_gitignore_into_an_existing_folder(subject_repo: Repo
     assert "?? zoo/" in status  # what the cache wrote there stays visible to git
     subject_repo.write("zoo/new_model.py", "WIDTH = 4\n")
     assert "?? zoo/new_model.py" in subject_repo.git("status", "--porcelain")
+
+
+def test_verify_advice_works_for_leftovers_and_names_what_clear_leaves(
+        recorded_subject_repo: Repo) -> None:
+    repo = recorded_subject_repo
+    (entry,) = [p for p in repo.cache.iterdir() if p.is_dir() and (p / "cases").is_dir()]
+    trash = repo.cache / f".trash-{entry.name}-0123abcd"  # a removal killed half-way
+    (entry / "entry.json").unlink()
+    entry.rename(trash)
+    done = repo.invoke("cache.verify")
+    assert done.returncode == 1 and f"FAULT {trash}/entry.json is missing" in done.stdout
+    assert "`invoke cache.clear` empties the cache" in output(done)
+    cleared = repo.invoke("cache.clear")
+    assert cleared.returncode == 0 and f"removed {trash}" in cleared.stdout, output(cleared)
+    assert not trash.exists()
+
+    folder = _user_folder(repo.cache)
+    done = repo.invoke("cache.verify")
+    assert done.returncode == 1, output(done)
+    assert "`invoke cache.clear` removes every entry and leftover, but leaves what is not " \
+           f"provably the cache's: {folder}. Look inside, then remove it yourself " \
+           f"(`rm -r {folder}`)" in output(done)
+    assert "empties the cache" not in output(done)

@@ -618,3 +618,83 @@ def test_record_beside_check_is_on_for_cpu_and_off_for_cuda_unless_set(
 def test_record_beside_check_must_be_a_boolean(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="record_beside_check"):
         load_settings(write(tmp_path, MINIMAL + "record_beside_check: sometimes\n"))
+
+
+# --- every path setting: one check (a NUL byte can name no file) ------------------------------
+
+PATH_SETTINGS = [
+    ('cache_dir: "cache\\0x"', "cache_dir"),
+    ('shards: {durations: "d\\0.json"}', "shards.durations"),
+    ('tests: ["tests\\0"]', "tests"),
+    ('tests: [tests, "more\\0"]', "tests"),
+    ('harness: ["data/\\0*.json"]', "harness"),
+]
+
+
+@pytest.mark.parametrize(("setting", "key"), PATH_SETTINGS)
+def test_a_nul_byte_in_any_path_setting_is_refused_with_the_fix(
+        tmp_path: Path, setting: str, key: str) -> None:
+    error = config_error(tmp_path, MINIMAL + setting + "\n")
+    assert error.key == key
+    assert "holds a NUL byte" in str(error) and "Fix: remove it" in str(error)
+
+
+def test_a_nul_byte_in_the_subject_path_is_refused(tmp_path: Path) -> None:
+    error = config_error(tmp_path, 'reference: v1\nsubject:\n  packages: [zoo]\n'
+                                   '  path: "src\\0"\n')
+    assert error.key == "subject.path" and "holds a NUL byte" in str(error)
+
+
+@pytest.mark.parametrize(("setting", "key"), [
+    ("record_beside_check: null", "record_beside_check"),
+    ("record_beside_check:", "record_beside_check"),
+    ("record_beside_check: ~", "record_beside_check"),
+    ("determinism: {deterministic_algorithms: null}", "determinism.deterministic_algorithms"),
+    ("determinism:\n  deterministic_algorithms:", "determinism.deterministic_algorithms"),
+])
+def test_null_in_any_boolean_setting_is_refused_with_the_fix(
+        tmp_path: Path, setting: str, key: str) -> None:
+    error = config_error(tmp_path, MINIMAL + setting + "\n")
+    assert error.key == key
+    assert "must be true or false, got null" in str(error)
+    assert f"write {key}: true or {key}: false, or remove the line" in str(error)
+
+
+def test_boolean_settings_left_out_get_their_defaults(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, MINIMAL))
+    assert settings.record_beside_check is True
+    assert settings.determinism.deterministic_algorithms is True
+
+
+def submodule_project(tmp_path: Path, checked_out: bool) -> Path:
+    """A repository whose `lib` is a submodule: checked out (its own .git file) or only
+    declared in .gitmodules."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "lib" / "subj").mkdir(parents=True)
+    (tmp_path / ".gitmodules").write_text('[submodule "lib"]\n\tpath = lib\n\turl = ../x\n')
+    if checked_out:
+        (tmp_path / "lib" / ".git").write_text("gitdir: ../.git/modules/lib\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("checked_out", [True, False])
+@pytest.mark.parametrize(("subject", "key"), [
+    ("  packages: [subj]\n  path: lib\n", "subject.path"),
+    ("  packages: [subj]\n  path: lib/subj\n", "subject.path"),
+    ("  packages: [lib]\n", "subject.packages"),
+])
+def test_a_subject_in_a_submodule_is_refused_with_the_fix(
+        tmp_path: Path, subject: str, key: str, checked_out: bool) -> None:
+    root = submodule_project(tmp_path, checked_out)
+    error = config_error(root, "reference: v1\nsubject:\n" + subject)
+    assert error.key == key
+    assert "is in the git submodule lib" in str(error)
+    assert "a subject in a submodule is not supported" in str(error) and "Fix:" in str(error)
+
+
+def test_a_subject_beside_a_submodule_is_accepted(tmp_path: Path) -> None:
+    root = submodule_project(tmp_path, checked_out=True)
+    (root / "src" / "subj").mkdir(parents=True)
+    settings = load_settings(write(root, "reference: v1\nsubject:\n  packages: [subj]\n"
+                                         "  path: src\n"))
+    assert settings.subject_path == "src"

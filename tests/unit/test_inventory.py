@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -462,3 +463,58 @@ def test_clearing_a_read_only_cache_is_an_error_that_names_the_folder(
     assert f"cannot remove the cache entry {entry.directory}" in message
     assert f"the cache folder {cache} is read-only" in message and "Fix:" in message
     assert entry.exists()
+
+
+def killed_while_removing(entry: Entry) -> None:
+    """`remove_entry` of `entry` in a child process that is killed (SIGKILL) by its own hand
+    once the removal has deleted one file: a `cache.prune` killed half-way."""
+    pid = os.fork()
+    if pid == 0:
+        def killed_rmtree(path: Path, **kwargs: object) -> None:
+            next(p for p in Path(path).rglob("*") if p.is_file()).unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        shutil.rmtree = killed_rmtree  # type: ignore[assignment]
+        try:
+            remove_entry(entry.directory)
+        finally:
+            os._exit(3)  # never reached: the child was killed in its removal
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def test_a_removal_killed_half_way_leaves_no_folder_under_the_entrys_name(cache: Path) -> None:
+    entry = make_entry(cache)
+    killed_while_removing(entry)
+    assert not entry.directory.exists()
+    (info,) = entries(cache)
+    assert info.directory.name.startswith(f".trash-{entry.key}-")
+    assert info.entry is None and info.leftover
+    assert "`invoke cache.prune` and `cache.clear` remove it" in info.fault
+    assert verify(cache) == [info.fault]
+    assert Entry(cache, PARTS).load_case(NODEID) is None  # nothing of it reads as stored
+
+
+@pytest.mark.parametrize("reclaim", [lambda c: prune(c, None, 1e9), clear],
+                         ids=["prune", "clear"])
+def test_prune_and_clear_reclaim_a_removal_killed_half_way(
+        cache: Path, reclaim: Callable[[Path], list[EntryInfo]]) -> None:
+    kept = make_entry(cache, threads="2")
+    killed_while_removing(make_entry(cache))
+    removed = reclaim(cache)
+    assert sum(info.leftover for info in removed) == 1
+    assert len(removed) == (2 if reclaim is clear else 1)
+    assert not [p for p in cache.iterdir() if p.name.startswith(".trash-")]
+    assert verify(cache) == []
+    assert kept.directory.exists() == (reclaim is not clear)
+    assert not [p for p in cache.glob(".trash-*.lock")], "a lock file per trash folder"
+
+
+def test_a_trash_folder_holding_what_the_cache_never_writes_is_left_alone(
+        cache: Path, tmp_path: Path) -> None:
+    entry = make_entry(cache)
+    killed_while_removing(entry)
+    (trash,) = cache.glob(".trash-*")
+    (trash / "notes.txt").write_text("mine")
+    assert clear(cache) == [] and (trash / "notes.txt").exists()
+    assert [info.directory for info in foreign(cache)] == [trash]

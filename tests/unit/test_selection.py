@@ -58,3 +58,28 @@ def test_files_functions_and_exact_cases_are_known() -> None:
 def test_a_case_far_from_every_case_gets_no_guess() -> None:
     error = unknown_cases(Selection(cases=("other/test_q.py::zzz",)), CASES)
     assert error is not None and "did you mean" not in str(error)
+
+
+@pytest.mark.parametrize(("case", "words"), [
+    ("/etc/passwd", "/etc/passwd is not a path relative to the project root"),
+    ("../outside.py::test_x", "../outside.py is not a path relative to the project root"),
+    ("tests/../../outside.py", "is not a path relative to the project root"),
+    ("config.yaml", "config.yaml is outside the project's tests (tests, config.yaml's"),
+    ("tests\0.py", "it holds a NUL byte"),
+])
+def test_a_case_outside_the_projects_tests_is_refused(tmp_path: Path, case: str,
+                                                      words: str) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "config.yaml").write_text("")
+    (tmp_path.parent / "outside.py").write_text("")
+    with pytest.raises(RegressionError) as info:
+        selection(None, [case], tmp_path, None, ("tests",))
+    assert words in str(info.value) and "Give a node id as pytest prints it" in str(info.value)
+
+
+def test_a_case_under_the_tests_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "inner").mkdir(parents=True)
+    (tmp_path / "tests" / "inner" / "test_m.py").write_text("")
+    chosen = selection(None, ["tests/inner/test_m.py::test_f", "tests"], tmp_path, None,
+                       ("tests",))
+    assert chosen.cases == ("tests/inner/test_m.py::test_f", "tests")
