@@ -248,8 +248,9 @@ def _scalar_bits(value: object) -> object:
 
 
 def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = "<value>",
-                    *, chunk: int = CHUNK) -> Difference | None:
-    """The difference between two tensors, None when dtype, shape and bytes are equal.
+                    *, chunk: int = CHUNK, weight: bool = False) -> Difference | None:
+    """The difference between two tensors, None when dtype, shape and bytes are equal;
+    `weight`: values not computed (a weight as initialised), judged as such.
 
     Works through `chunk` elements at a time, so memory stays the inputs plus small buffers.
     """
@@ -267,7 +268,7 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
     diff = scan(reference, actual, chunk)
     if not diff.differing:
         return None
-    return Difference(label, f"{signature}: {headline(diff)}", differing=diff.differing,
-                      max_abs=diff.largest_size,
+    return Difference(label, f"{signature}: {headline(diff, weight)}",
+                      differing=diff.differing, max_abs=diff.largest_size,
                       max_relative=diff.relative_size if diff.floating else None,
                       lines=tuple(report_lines(diff)))

@@ -9,8 +9,9 @@ import torch
 from regression.tensordiff import BANDS, SAME_WIDTH_INT, ULP_BUCKETS, Element, TensorDiff
 
 
-def verdict(diff: TensorDiff) -> str:
-    """One line that says what kind of change this is."""
+def verdict(diff: TensorDiff, weight: bool = False) -> str:
+    """One line that says what kind of change this is. `weight`: the values were not
+    computed (a weight as initialised or loaded), so no reordered arithmetic explains them."""
     if not diff.floating:
         return "changed behaviour: no rounding changes integers"
     if diff.max_ulps == 0:
@@ -20,6 +21,10 @@ def verdict(diff: TensorDiff) -> str:
     ulps = diff.scaled_ulps
     rounding, small = bands(diff.dtype)
     most = f"at most {_ulps_text(ulps)} at its scale"
+    if weight:
+        size = most if ulps <= small else f"up to {_ulps_text(ulps)} at its scale"
+        return (f"{size}: an initialisation (or loading) change of that size; stored, not "
+                "computed, so no reordered arithmetic explains it")
     if ulps <= rounding:
         return (f"{most}: rounding-level, as reordered arithmetic gives (another kernel, "
                 "summation order, fused operations)")
@@ -43,8 +48,9 @@ def _ulps_text(ulps: float) -> str:
     return f"{text} ULP{'' if ulps == 1 else 's'}"
 
 
-def headline(diff: TensorDiff) -> str:
-    """The difference in one line: how many elements, the largest change, the verdict."""
+def headline(diff: TensorDiff, weight: bool = False) -> str:
+    """The difference in one line: how many elements, the largest change, the verdict
+    (`weight`: of values not computed, as `verdict`)."""
     head = f"{diff.differing} of {diff.numel} elements differ"
     largest = diff.largest
     if largest is None:
@@ -55,7 +61,7 @@ def headline(diff: TensorDiff) -> str:
         return (f"{head} in bits only (NaN payload or sign of zero); first at "
                 f"{diff.where(first.index)} ({_values_text(diff, first, bits=True)})")
     return (f"{head}; max |diff| {diff.largest_size:.3g} at {where} "
-            f"({_values_text(diff, largest)}); {verdict(diff)}")
+            f"({_values_text(diff, largest)}); {verdict(diff, weight)}")
 
 
 def report_lines(diff: TensorDiff) -> list[str]:
@@ -82,8 +88,10 @@ def report_lines(diff: TensorDiff) -> list[str]:
 def _scale_line(diff: TensorDiff) -> str:
     """How the verdict measured: per element the largest ULP distance, at the tensor's
     scale the largest that counts."""
-    return (f"at the tensor's scale (RMS {diff.rms:.3g}; elements below it measured in ULPs "
-            f"of the RMS): at most {_ulps_text(diff.scaled_ulps)}; per element up to "
+    aside = (f", {diff.aside} non-finite, sentinel (±finfo.max) or outlying elements of the "
+             "two set aside") if diff.aside else ""
+    return (f"at the tensor's scale (RMS {diff.rms:.3g}{aside}; elements below it measured in "
+            f"ULPs of the RMS): at most {_ulps_text(diff.scaled_ulps)}; per element up to "
             f"{_ulps_text(diff.max_ulps)}")
 
 
