@@ -18,8 +18,11 @@ from regression.tensordiff_text import (complex_headline, complex_report_lines, 
 
 
 VALUES, SHAPES, DTYPES, ORDER = "values", "shapes", "dtypes", "order"
-KINDS = (VALUES, SHAPES, DTYPES, ORDER)
+MISSING, ADDED = "keys missing", "keys added"
+KINDS = (VALUES, SHAPES, MISSING, ADDED, DTYPES, ORDER)
 """What a difference is about, the most telling first: a one-line summary names that one."""
+KEY_KINDS = (MISSING, ADDED)
+"""Keys a mapping lost or gained: counted by key, never as a shape."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ class Difference:
     lines: tuple[str, ...] = ()
     """The full report under the one-line detail (sizes, ULPs, first elements)."""
     kind: str = VALUES
-    """One of KINDS: shapes also stands for other structure (types, lengths, keys)."""
+    """One of KINDS: shapes also stands for other structure (types, lengths); for MISSING
+    and ADDED, `differing` is the number of keys."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.detail}"
@@ -102,9 +106,11 @@ def _compare_dicts(reference: dict[object, object], actual: dict[object, object]
     missing = [k for i, k in ref_keys.items() if i not in new_keys]
     extra = [k for i, k in new_keys.items() if i not in ref_keys]
     if missing:
-        yield Difference(label, f"keys missing: {_describe_keys(missing)}", kind=SHAPES)
+        yield Difference(label, f"keys missing: {_describe_keys(missing, extra)}",
+                         differing=len(missing), kind=MISSING)
     if extra:
-        yield Difference(label, f"keys not in reference: {_describe_keys(extra)}", kind=SHAPES)
+        yield Difference(label, f"keys not in reference: {_describe_keys(extra, missing)}",
+                         differing=len(extra), kind=ADDED)
     inner = [difference for identity, key in ref_keys.items() if identity in new_keys
              for difference in _compare(reference[key], actual[new_keys[identity]],
                                         (*path, key))]
@@ -134,8 +140,28 @@ def _key_identity(key: object) -> object:
     return (type(key).__qualname__, _scalar_bits(key))
 
 
-def _describe_keys(keys: list[object]) -> str:
-    return ", ".join(f"{_key_text(k)} ({type(k).__name__})" for k in keys)
+def _describe_keys(keys: list[object], others: list[object]) -> str:
+    """The keys as their reprs; with its type where Python would take a key for one of
+    `others` (1, 1.0 and True; 0.0 and -0.0; NaNs), since only that tells them apart."""
+    return ", ".join(_key_text(k) + (f" ({type(k).__name__})" if _confusable(k, others) else "")
+                     for k in keys)
+
+
+def _confusable(key: object, others: list[object]) -> bool:
+    return any(_loosely_equal(key, other) for other in others)
+
+
+def _loosely_equal(one: object, other: object) -> bool:
+    """Whether two keys are equal as Python compares them, NaNs equal to each other."""
+    if isinstance(one, tuple) and isinstance(other, tuple):
+        return len(one) == len(other) and all(map(_loosely_equal, one, other))
+    if isinstance(one, float) and isinstance(other, float) and math.isnan(one) and \
+            math.isnan(other):
+        return True
+    try:
+        return bool(one == other)
+    except Exception:  # noqa: BLE001 - a key whose == raises is no match
+        return False
 
 
 def _key_text(key: object) -> str:
@@ -226,8 +252,9 @@ def _scalar_bits(value: object) -> object:
 
 
 def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = "<value>",
-                    *, chunk: int = CHUNK) -> Difference | None:
-    """The difference between two tensors, None when dtype, shape and bytes are equal.
+                    *, chunk: int = CHUNK, weight: bool = False) -> Difference | None:
+    """The difference between two tensors, None when dtype, shape and bytes are equal;
+    `weight`: values not computed (a weight as initialised), judged as such.
 
     Works through `chunk` elements at a time, so memory stays the inputs plus small buffers.
     """
@@ -245,8 +272,8 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
     diff = scan(reference, actual, chunk)
     if not diff.differing:
         return None
-    return Difference(label, f"{signature}: {headline(diff)}", differing=diff.differing,
-                      max_abs=diff.largest_size,
+    return Difference(label, f"{signature}: {headline(diff, weight)}",
+                      differing=diff.differing, max_abs=diff.largest_size,
                       max_relative=diff.relative_size if diff.floating else None,
                       lines=tuple(report_lines(diff)))
 

@@ -52,27 +52,41 @@ def mismatch_message(reference: str, changed: Sequence[tuple[str, Sequence[Diffe
 
 
 def changed_detail(changed: Sequence[tuple[str, Sequence[Difference]]]) -> str:
-    """A changed case in one line: its most telling difference (values, then shapes, then
-    dtypes, then key order), what else differs, and how many outputs differ."""
-    from regression.compare import KINDS
+    """A changed case in one line: its most telling difference (values, then shapes, keys,
+    dtypes, then key order), what else differs in that output, and the other outputs that
+    differ: each difference counted once, keys as keys."""
+    from regression.compare import KEY_KINDS, KINDS
 
     found = [(KINDS.index(d.kind) if d.kind in KINDS else 0, index, name, d)
              for index, (name, differences) in enumerate(changed) for d in differences]
     _, _, name, first = min(found, key=lambda item: item[:2])
-    rest = Counter(d.kind for _, _, _, d in found if d is not first)
-    also = [_counted(kind, rest[kind]) for kind in KINDS if rest[kind]]
-    verb = "differs" if sum(rest.values()) == 1 else "differ"
-    line = str(first) + (f"; also {_listed(also)} {verb}" if also else "")
-    if len(changed) == 1:
+    rest: Counter[str] = Counter()
+    for _, _, where, d in found:
+        if d is not first and where == name:
+            rest[d.kind] += max(d.differing, 1) if d.kind in KEY_KINDS else 1
+    differ = [_counted(kind, rest[kind]) for kind in KINDS if rest[kind] and
+              kind not in KEY_KINDS]
+    verb = "differs" if sum(rest[k] for k in rest if k not in KEY_KINDS) == 1 else "differ"
+    also = ([f"{_listed(differ)} {verb}"] if differ else []) + \
+        [_counted(kind, rest[kind]) for kind in KEY_KINDS if rest[kind]]
+    line = str(first) + (f"; also {'; '.join(also)}" if also else "")
+    others = [other for other, _ in changed if other != name]
+    if not others:
         return line
-    others = ", ".join(repr(other) for other, _ in changed if other != name)
-    return f"{line} (and {len(changed) - 1} more outputs differ: {others})"
+    more = "1 more output differs" if len(others) == 1 else \
+        f"{len(others)} more outputs differ"
+    return f"{line} (and {more}: {', '.join(repr(other) for other in others)})"
 
 
 def _counted(kind: str, count: int) -> str:
-    """`count` differences of one kind, in words: 2 more values, 1 shape, the key order."""
+    """`count` differences of one kind, in words: 2 more values, 1 shape, the key order,
+    3 keys missing."""
     if kind == "order":
         return "the key order" if count == 1 else f"the key order of {count} mappings"
+    keys = "key" if count == 1 else "keys"
+    if kind in ("keys missing", "keys added"):
+        where = "missing" if kind == "keys missing" else "not in reference"
+        return f"{count} {keys} {where}"
     word = {"values": "more value", "shapes": "shape", "dtypes": "dtype"}.get(kind, kind)
     return f"{count} {word}{'' if count == 1 else 's'}"
 

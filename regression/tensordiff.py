@@ -52,7 +52,10 @@ class TensorDiff:
     relative_size: float = 0.0
     max_ulps: float = 0.0
     rms: float = 0.0
-    """Root mean square of both tensors' finite elements: the tensor's own scale."""
+    """Root mean square of the bulk of both tensors' elements: the tensor's own scale."""
+    aside: int = 0
+    """Elements of both tensors the scale leaves out: non-finite, sentinels (±finfo.max),
+    huge outliers; a few of them must not set the scale of the rest."""
     scaled_ulps: float = 0.0
     """The largest difference in ULPs at the tensor's scale: each element's ULP distance, or
     its difference in ULPs of the RMS where that is smaller (an element near zero)."""
@@ -84,7 +87,7 @@ def scan(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHUNK,
         largest = diff.largest
         diff.largest_size = float(abs(int(largest.actual.item()) - int(largest.reference.item())))
     if diff.differing and diff.floating:  # only then: identical tensors cost one pass
-        diff.rms = _rms(*(scale or (reference, actual)), chunk)
+        diff.rms, diff.aside = _rms(*(scale or (reference, actual)), chunk)
         diff.scaled_ulps = _scaled_ulps(reference, actual, diff.rms, chunk)
     return diff
 
@@ -119,15 +122,43 @@ def scan_complex(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHU
                        real, imag)
 
 
-def _rms(reference: torch.Tensor, actual: torch.Tensor, chunk: int) -> float:
-    """Root mean square of both tensors' finite elements: their own scale."""
-    squares, finite = 0.0, 0
+OUTLIERS = 20
+"""Binades above the median magnitude from which a value is an outlier (a mask's fill such
+as -1e9): like non-finite values and sentinels (±finfo.max), it does not set the scale."""
+_LOWEST, _EXPONENTS = -1080, 2112
+"""The float64 exponents frexp gives (subnormals included), as bins from the lowest."""
+
+
+def _rms(reference: torch.Tensor, actual: torch.Tensor, chunk: int) -> tuple[float, int]:
+    """Root mean square of the bulk of both tensors, their own scale, and how many elements
+    were set aside: those non-finite, at a sentinel's size (|x| >= finfo.max / 2, what
+    attention masks are filled with) or OUTLIERS binades above the median magnitude."""
+    limit = torch.finfo(reference.dtype).max / 2
+    median = _median_exponent(reference, actual, chunk, limit)
+    ceiling = min(limit, math.ldexp(1.0, median + OUTLIERS))
+    squares, counted, aside = 0.0, 0, 0
     for ref, new in zip(pieces(reference, chunk), pieces(actual, chunk)):
         for piece in (ref, new):
             values = piece.to(torch.float64)
-            values = values[values.isfinite()]
-            squares, finite = squares + float((values * values).sum()), finite + values.numel()
-    return math.sqrt(squares / finite) if finite else 0.0
+            kept = values[values.abs() < ceiling]  # NaN and inf compare False
+            squares, counted = squares + float((kept * kept).sum()), counted + kept.numel()
+            aside += values.numel() - kept.numel()
+    return (math.sqrt(squares / counted) if counted else 0.0), aside
+
+
+def _median_exponent(reference: torch.Tensor, actual: torch.Tensor, chunk: int,
+                     limit: float) -> int:
+    """The binary exponent of the median nonzero magnitude below `limit` of both tensors."""
+    counts = torch.zeros(_EXPONENTS, dtype=torch.int64)
+    for ref, new in zip(pieces(reference, chunk), pieces(actual, chunk)):
+        for piece in (ref, new):
+            magnitudes = piece.to(torch.float64).abs()
+            _, exponents = torch.frexp(magnitudes[(magnitudes > 0) & (magnitudes < limit)])
+            counts += torch.bincount(exponents.to(torch.int64) - _LOWEST, minlength=_EXPONENTS)
+    total = int(counts.sum())
+    if not total:
+        return 0
+    return int((counts.cumsum(0) >= (total + 1) // 2).nonzero()[0]) + _LOWEST
 
 
 def _scaled_ulps(reference: torch.Tensor, actual: torch.Tensor, rms: float, chunk: int

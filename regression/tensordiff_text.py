@@ -10,8 +10,9 @@ from regression.tensordiff import (BANDS, SAME_WIDTH_INT, ULP_BUCKETS, ComplexDi
                                    TensorDiff)
 
 
-def verdict(diff: TensorDiff) -> str:
-    """One line that says what kind of change this is."""
+def verdict(diff: TensorDiff, weight: bool = False) -> str:
+    """One line that says what kind of change this is. `weight`: the values were not
+    computed (a weight as initialised or loaded), so no reordered arithmetic explains them."""
     if not diff.floating:
         return "changed behaviour: no rounding changes integers"
     if diff.max_ulps == 0:
@@ -21,6 +22,10 @@ def verdict(diff: TensorDiff) -> str:
     ulps = diff.scaled_ulps
     rounding, small = bands(diff.dtype)
     most = f"at most {_ulps_text(ulps)} at its scale"
+    if weight:
+        size = most if ulps <= small else f"up to {_ulps_text(ulps)} at its scale"
+        return (f"{size}: an initialisation (or loading) change of that size; stored, not "
+                "computed, so no reordered arithmetic explains it")
     if ulps <= rounding:
         return (f"{most}: rounding-level, as reordered arithmetic gives (another kernel, "
                 "summation order, fused operations)")
@@ -44,12 +49,13 @@ def _ulps_text(ulps: float) -> str:
     return f"{text} ULP{'' if ulps == 1 else 's'}"
 
 
-def headline(diff: TensorDiff) -> str:
-    """The difference in one line: how many elements, the largest change, the verdict."""
-    return f"{diff.differing} of {diff.numel} elements differ{_largest_text(diff)}"
+def headline(diff: TensorDiff, weight: bool = False) -> str:
+    """The difference in one line: how many elements, the largest change, the verdict
+    (`weight`: of values not computed, as `verdict`)."""
+    return f"{diff.differing} of {diff.numel} elements differ{_largest_text(diff, weight=weight)}"
 
 
-def _largest_text(diff: TensorDiff, with_verdict: bool = True) -> str:
+def _largest_text(diff: TensorDiff, with_verdict: bool = True, weight: bool = False) -> str:
     """The headline after its count: the largest change and (where asked) the verdict."""
     largest = diff.largest
     if largest is None:
@@ -60,7 +66,7 @@ def _largest_text(diff: TensorDiff, with_verdict: bool = True) -> str:
                 f"{diff.where(first.index)} ({_values_text(diff, first, bits=True)})")
     text = (f"; max |diff| {diff.largest_size:.3g} at {diff.where(largest.index)} "
             f"({_values_text(diff, largest)})")
-    return f"{text}; {verdict(diff)}" if with_verdict else text
+    return f"{text}; {verdict(diff, weight)}" if with_verdict else text
 
 
 def complex_headline(diff: ComplexDiff) -> str:
@@ -120,8 +126,10 @@ def report_lines(diff: TensorDiff) -> list[str]:
 def _scale_line(diff: TensorDiff) -> str:
     """How the verdict measured: per element the largest ULP distance, at the tensor's
     scale the largest that counts."""
-    return (f"at the tensor's scale (RMS {diff.rms:.3g}; elements below it measured in ULPs "
-            f"of the RMS): at most {_ulps_text(diff.scaled_ulps)}; per element up to "
+    aside = (f", {diff.aside} non-finite, sentinel (±finfo.max) or outlying elements of the "
+             "two set aside") if diff.aside else ""
+    return (f"at the tensor's scale (RMS {diff.rms:.3g}{aside}; elements below it measured in "
+            f"ULPs of the RMS): at most {_ulps_text(diff.scaled_ulps)}; per element up to "
             f"{_ulps_text(diff.max_ulps)}")
 
 

@@ -53,6 +53,22 @@ def find_layout(root: Path) -> Layout:
                           "your model library's repository")
 
 
+def reference_note(root: Path, tag: str) -> list[str]:
+    """Where the reference is HEAD's own tag: the first run compares HEAD with itself; say
+    so, and name the tag before it."""
+    if tag == "HEAD" or tag not in git_process(root, "tag", "--points-at", "HEAD").stdout.split():
+        return []
+    before = git_process(root, "describe", "--tags", "--abbrev=0", "HEAD^")
+    previous = before.stdout.strip() if before.returncode == 0 else ""
+    hint = (f"the tag before it is {previous}: set `reference: {previous}` in config.yaml to "
+            "check against that release") if previous else \
+        "no tag comes before it: set config.yaml's reference to an older commit to check " \
+        "against one"
+    return [f"note: the reference is {tag}, the tag of HEAD itself, so the first `invoke test` "
+            f"compares HEAD with itself (every case identical, until you change the code); "
+            f"{hint}"]
+
+
 def newest_tag(root: Path) -> str:
     """The most recent tag reachable from HEAD, or HEAD when there is none."""
     done = git_process(root, "describe", "--tags", "--abbrev=0")
@@ -111,7 +127,9 @@ def build(name: str) -> torch.nn.Module:
 
 def example_input(name: str, regression) -> torch.Tensor:
     """An input for the model, drawn from the case's own generator (on its device)."""
-    return regression.randn(2, 3, 32, 32)
+    return regression.randn(2, 3, 32, 32)  # an image batch
+    # a token model's (ids below its vocabulary size):
+    # return regression.randint(0, 1000, (2, 16))
 
 
 pytestmark = pytest.mark.skipif(
@@ -176,7 +194,8 @@ def init(root: Path, options: Options, force: bool, echo: Echo) -> list[str]:
             echo(f"warning: your .gitignore hides {relative}, so CI would run without it; "
                  f"commit it anyway with `git add -f {relative}`, or add `!/{relative}` to "
                  ".gitignore")
-    for line in workflow_lines(root, options, shards):
+    for line in [*workflow_lines(root, options, shards),
+                 *reference_note(root, newest_tag(root))]:
         echo(line)
     echo("next:")
     echo(f"  1. fill in MODELS, build() and example_input() in {STARTER}")

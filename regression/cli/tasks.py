@@ -7,6 +7,7 @@ import importlib.util
 import os
 import re
 from pathlib import Path
+from typing import Sequence
 
 from invoke.collection import Collection
 from invoke.context import Context
@@ -264,15 +265,32 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
         for line in [*device_details(suite.reference.settings.device),
                      *package_lines(suite.reference.settings), *_harness_lines(suite)]:
             print(line)
-        print(f"test code: {len(key_code_files(suite))} Python files under "
-              f"{', '.join(suite.reference.settings.tests)} (the helpers the tests may import; "
-              "those found while recording are also checked per case)")
+        print(key_code_line(suite.reference.settings.root, suite.reference.settings.tests,
+                             len(key_code_files(suite))))
         if suite.shard:
             print(f"shard: {suite.shard}")
     line = cache_key(suite)
     if github_output:
         _append_github_output("key", line)
     print(line)
+
+
+def key_code_line(root: Path, tests: Sequence[str], found: int) -> str:
+    """For `key --explain`: the Python files the key hashes under the test folders; a test
+    file named in `tests` is no folder, and is hashed as its cases' harness."""
+    folders = [t for t in tests if not (root / t).is_file()]
+    files = [t for t in tests if (root / t).is_file()]
+    parts = [f"{_counted(found, 'Python file')} under {', '.join(folders)} (the helpers the "
+             "tests may import; those found while recording are also checked per case)"
+             ] if folders else []
+    if files:
+        parts.append(f"{'the file' if len(files) == 1 else 'the files'} {', '.join(files)}, "
+                     "hashed as the harness of its cases (above)")
+    return f"test code: {'; '.join(parts)}"
+
+
+def _counted(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _harness_lines(suite: Suite) -> list[str]:
@@ -286,7 +304,8 @@ def _harness_lines(suite: Suite) -> list[str]:
                           for path in harness_files(root / test, root, extra))
     names = [path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
              for path in found]
-    return [f"harness: {len(suite.cases)} cases in {len(tests)} files, hashed with:",
+    return [f"harness: {_counted(len(suite.cases), 'case')} in {_counted(len(tests), 'file')}, "
+            "hashed with:",
             *(f"  {name}" for name in names)]
 
 

@@ -27,7 +27,7 @@ def bisection_lines(result: Bisection, subject_line: Callable[[str], str]) -> li
     good, bad = short(result.good), short(result.bad)
     if not result.cases and not result.nondeterministic:
         return [f"no case's outputs differ between good {good} and bad {bad}: nothing to "
-                "bisect"]
+                "bisect", *_failed_at_good(result)]
     lines = []
     if len(result.changes) == 1 and not result.changes[0].hidden:
         lines += _first_commit_lines(result, result.changes[0], subject_line)
@@ -97,13 +97,14 @@ def _skipped_lines(result: Bisection, subject_line: Callable[[str], str]) -> lis
     """Each skip once (those hiding a change are given with its range): a commit that failed
     for every case, then the commits skipped for the same cases for the same reason
     together."""
-    lines = [f"skipped {short(sha)} {subject_line(sha)} for every case: {why}"
-             for sha, why in result.failed.items()]
+    lines = _failed_at_good(result)
+    lines += [f"skipped {short(sha)} {subject_line(sha)} for every case: {why}"
+              for sha, why in result.failed.items() if sha != result.good]
     together: dict[tuple[tuple[str, ...], str], list[str]] = {}
     ranges = {(sha, case) for change in result.changes for sha in change.hidden
               for case in change.cases}  # their reasons are given with the range
     for sha, cases in result.skipped.items():
-        if sha in result.failed:
+        if sha in result.failed or sha == result.good:
             continue
         by_reason: dict[str, list[str]] = {}
         for case, why in cases.items():
@@ -117,3 +118,17 @@ def _skipped_lines(result: Bisection, subject_line: Callable[[str], str]) -> lis
             f"{len(shas)} commits ({', '.join(short(sha) for sha in shas)})"
         lines.append(f"skipped {where} for {', '.join(names)}: {why}")
     return lines
+
+
+def _failed_at_good(result: Bisection) -> list[str]:
+    """Cases that fail at good itself: no commit can be judged against it for them."""
+    good = short(result.good)
+    if result.good in result.failed:
+        return [f"no case can be judged: every case fails at good {good}: "
+                f"{result.failed[result.good]}"]
+    by_reason: dict[str, list[str]] = {}
+    for case, why in result.skipped.get(result.good, {}).items():
+        by_reason.setdefault(why, []).append(case)
+    return [f"cannot be judged, since {'it fails' if len(cases) == 1 else 'they fail'} at good "
+            f"{good} itself: {', '.join(sorted(cases))}: {why}"
+            for why, cases in by_reason.items()]

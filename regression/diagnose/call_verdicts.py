@@ -29,6 +29,9 @@ class Verdicts:
         self.layouts: dict[Key, list[str]] = {}
         self.orders: dict[Key, tuple[int, ...]] = {}
         """The first permutation of a call's inputs: how to align its outputs."""
+        self.notes: dict[Key, list[str]] = {}
+        """Arguments that are not tensors passed on one side only (a new `pos=None`): noted,
+        not taken as other inputs."""
 
     def __call__(self, call: Call) -> tuple[str, str]:
         if call.key not in self.known:
@@ -53,19 +56,55 @@ class Verdicts:
         return inputs, outputs
 
     def _inputs(self, before: Call, after: Call) -> str:
-        """SAME, LAYOUT or DIFF; the generators' state counts for calls that draw from it."""
+        """SAME, LAYOUT or DIFF; the generators' state counts for calls that draw from it.
+        An argument that is not a tensor (None too) passed on one side only is noted, not a
+        difference: a new keyword that changes nothing changes no inputs."""
         if before.generators != after.generators and (before.draws or after.draws):
             return DIFF
         if before.inputs == after.inputs:
             return SAME
-        if before.other_in != after.other_in or list(before.tensors_in) != list(after.tensors_in):
+        shared = before.other_in.keys() & after.other_in.keys()
+        if list(before.tensors_in) != list(after.tensors_in) or \
+                any(before.other_in[path] != after.other_in[path] for path in shared):
             return DIFF
+        self._note_one_sided(before, after)
+        if all(before.tensors_in[path][1] == content[1]
+               for path, content in after.tensors_in.items()):
+            return SAME
         found = tensor_layouts(self.reference.call_inputs(before), self.candidate.call_inputs(after))
         if found is None:
             return DIFF
         self.layouts[after.key] = [f"input{path}: {how}" for path, how in found.items()]
         self.orders[after.key] = next(iter(found.values())).order
         return LAYOUT
+
+    def _note_one_sided(self, before: Call, after: Call) -> None:
+        notes = [f"input{path}: {after.other_in[path]}, passed only in the working tree"
+                 for path in after.other_in if path not in before.other_in]
+        notes += [f"input{path}: {before.other_in[path]}, passed only at the reference"
+                  for path in before.other_in if path not in after.other_in]
+        if notes:
+            self.notes[after.key] = notes
+
+    def input_differences(self, after: Call) -> list[str]:
+        """Each input of a call that differs from the reference's, named by its path: what
+        makes its inputs other than at the reference."""
+        before = self.before.get(after.key)
+        if before is None:
+            return []
+        found = ["the random generators' state (it draws from them)"] \
+            if before.generators != after.generators and (before.draws or after.draws) else []
+        for path in dict.fromkeys([*before.tensors_in, *after.tensors_in]):
+            was, now = before.tensors_in.get(path), after.tensors_in.get(path)
+            if was is None or now is None:
+                where = "in the working tree" if was is None else "at the reference"
+                found.append(f"input{path}: a tensor only {where}")
+            elif was[1] != now[1]:
+                found.append(f"input{path}: other values")
+        found += [f"input{path}: {after.other_in[path]}, reference {before.other_in[path]}"
+                  for path in before.other_in
+                  if path in after.other_in and before.other_in[path] != after.other_in[path]]
+        return found
 
     def _outputs(self, before: Call, after: Call) -> str:
         """LAYOUT where the outputs hold the reference's values in another layout, else

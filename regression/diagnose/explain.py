@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from regression.compare import Difference, compare, compare_outputs
+from regression.compare import Difference, compare_outputs, compare_tensors
 from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN, Key, Verdicts
 from regression.report import largest_relative
 from regression.tensorlayout import layout
@@ -45,6 +45,9 @@ class Explanation:
     each once: the first few with their difference, the rest with none."""
     moved: int = 0
     """How many of those hold values the reference had under another name or layout."""
+    revalued: list[str] = field(default_factory=list)
+    """Those in both traces whose values changed in place (not moved): weights that
+    changed, where the rest only changed name or came or went with a submodule."""
     all_states: list[str] = field(default_factory=list)
     """The names of the parameters and buffers in either trace."""
     owners: list[str] = field(default_factory=list)
@@ -59,6 +62,12 @@ class Explanation:
     fed_other_inputs: list[Call] = field(default_factory=list)
     """The submodule calls of the one found that it gave other inputs than at the
     reference."""
+    other_inputs: dict[Key, list[str]] = field(default_factory=dict)
+    """For each call given other inputs than at the reference (those fed by the one found,
+    and those in `window`): which of its inputs differ, by path."""
+    noted: dict[Key, list[str]] = field(default_factory=dict)
+    """Arguments that are not tensors passed on one side only, by call: noted, not taken
+    as other inputs."""
     fed_same_inputs: list[Call] = field(default_factory=list)
     """The submodule calls of the one found that it gave the reference's inputs."""
     only_here: list[Call] = field(default_factory=list)
@@ -66,8 +75,8 @@ class Explanation:
     only_there: list[Call] = field(default_factory=list)
     """Reference calls the working tree does not make."""
     window: list[tuple[Call, str, str]] = field(default_factory=list)
-    """The calls around the one found, in the order they started, each with how its inputs
-    and its outputs compare with the reference's."""
+    """The calls around the one found and the calls it was made inside, in the order they
+    started, each with how its inputs and its outputs compare with the reference's."""
     layouts: dict[Key, list[str]] = field(default_factory=dict)
     """For calls whose inputs or outputs hold the same values in another layout: how."""
     generators_aside: int = 0
@@ -81,7 +90,7 @@ def explain(reference: Trace, candidate: Trace) -> Explanation:
     """Compare the traces of one case at the reference and in the working tree."""
     result = Explanation(compare_outputs(reference.outputs, candidate.outputs),
                          calls=(len(reference.calls), len(candidate.calls)))
-    result.states, result.moved = _state_differences(reference, candidate)
+    result.states, result.moved, result.revalued = _state_differences(reference, candidate)
     result.all_states = list(dict.fromkeys([*reference.states, *candidate.states]))
     result.owners = list(dict.fromkeys(state.owner for trace in (reference, candidate)
                                        for state in trace.states.values()))
@@ -96,6 +105,7 @@ def explain(reference: Trace, candidate: Trace) -> Explanation:
     if result.found is not None:
         _describe_found(result, result.found, candidate.calls, verdicts)
     result.layouts = verdicts.layouts
+    result.noted = verdicts.notes
     moved = [(before, call) for call in candidate.calls
              if (before := verdicts.before.get(call.key)) and before.generators != call.generators]
     result.generators_drawn = sum(1 for b, a in moved if b.draws or a.draws)
@@ -116,6 +126,9 @@ class CallRow:
     """The largest relative difference of its output tensors from the reference's: 0 where
     they hold the reference's values; None where nothing can be measured (a new call, values
     the trace cannot see into, outputs that are not float tensors)."""
+    note: str = ""
+    """Inputs that differ, by path, where its inputs differ; else arguments that are not
+    tensors passed on one side only (noted, not a difference)."""
 
 
 def call_rows(reference: Trace, candidate: Trace) -> list[CallRow]:
@@ -128,7 +141,9 @@ def call_rows(reference: Trace, candidate: Trace) -> list[CallRow]:
         relative: float | None = 0.0 if outputs in (SAME, LAYOUT) else None
         if outputs == DIFF and call.key in verdicts.before:
             relative = largest_relative(verdicts.output_differences(call))
-        rows.append(CallRow(call, inputs, outputs, relative))
+        note = verdicts.input_differences(call) if inputs == DIFF else \
+            verdicts.notes.get(call.key, [])
+        rows.append(CallRow(call, inputs, outputs, relative, "; ".join(note)))
     return rows
 
 
@@ -142,7 +157,9 @@ def _describe_found(result: Explanation, found: Call, calls: list[Call],
     result.fed_other_inputs = [c for c in inner if verdicts(c)[0] in (DIFF, NEW)]
     result.fed_same_inputs = [c for c in inner if verdicts(c)[0] in (SAME, LAYOUT)]
     result.window = _window(calls, found, verdicts)
-
+    result.other_inputs = {call.key: verdicts.input_differences(call)
+                           for call in [*result.fed_other_inputs,
+                                        *(c for c, inputs, _ in result.window if inputs == DIFF)]}
 
 
 def _inner_calls(calls: list[Call], found: Call) -> list[Call]:
@@ -153,14 +170,15 @@ def _inner_calls(calls: list[Call], found: Call) -> list[Call]:
 
 
 def _state_differences(reference: Trace, candidate: Trace
-                       ) -> tuple[list[tuple[str, list[Difference]]], int]:
+                       ) -> tuple[list[tuple[str, list[Difference]]], int, list[str]]:
     """Each parameter or buffer that differs, once: the first few with their difference,
     each with where its values were at the reference when they were there under another
-    name or layout; and how many are such."""
+    name or layout; how many are such; and the names of those whose values changed in
+    place."""
     names = ({s.digest: name for name, s in reversed(reference.states.items())},
              {s.digest: name for name, s in reversed(candidate.states.items())})
     changed: list[tuple[str, list[Difference]]] = []
-    moved = 0
+    moved, revalued = 0, []
     for name in dict.fromkeys([*reference.states, *candidate.states]):
         before, after = reference.states.get(name), candidate.states.get(name)
         if before is not None and after is not None and before.digest == after.digest:
@@ -173,11 +191,14 @@ def _state_differences(reference: Trace, candidate: Trace
             where = "the working tree" if before is None else "the reference"
             changed.append((name, [Difference(name, f"only in {where}")]))
         elif len(changed) < SHOWN_STATES:
-            found = compare(reference.state(name), candidate.state(name), name=name)
-            changed.append((name, found or [Difference(name, "differs")]))
+            revalued.append(name)
+            found = compare_tensors(reference.state(name), candidate.state(name), name,
+                                    weight=True)
+            changed.append((name, [found or Difference(name, "differs")]))
         else:
+            revalued.append(name)
             changed.append((name, []))
-    return changed, moved
+    return changed, moved, revalued
 
 
 def _values_elsewhere(reference: Trace, candidate: Trace, name: str,
@@ -206,6 +227,12 @@ def _constant(tensor: torch.Tensor) -> bool:
 
 
 def _window(calls: list[Call], found: Call, verdicts: Verdicts) -> list[tuple[Call, str, str]]:
+    """The calls that started just before and after `found`, and every call it was made
+    inside (its parent, whose outputs differ too, may have started long before)."""
     ordered = sorted(calls, key=lambda call: call.entered)
     at = ordered.index(found)
-    return [(call, *verdicts(call)) for call in ordered[max(0, at - AROUND):at + AROUND + 1]]
+    around = ordered[max(0, at - AROUND):at + AROUND + 1]
+    inside = [call for call in calls[calls.index(found) + 1:] if call.entered < found.entered]
+    shown = sorted({call.key: call for call in [*around, *inside]}.values(),
+                   key=lambda call: call.entered)
+    return [(call, *verdicts(call)) for call in shown]

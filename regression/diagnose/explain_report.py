@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from regression.diagnose.call_verdicts import LAYOUT, UNKNOWN
+from regression.diagnose.call_verdicts import DIFF, LAYOUT, UNKNOWN
 from regression.diagnose.explain import Explanation
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ def explanation_lines(result: Explanation, case: str, reference: str) -> list[st
         return lines
     lines += _generator_lines(result)
     lines += _found_lines(result) if result.found is not None else _not_found_lines(result)
+    lines += _noted_lines(result)
     lines += _unmatched_lines("calls the reference does not make", result.only_here)
     lines += _unmatched_lines("calls the working tree does not make", result.only_there)
     return lines
@@ -94,6 +95,12 @@ def _state_lines(result: Explanation) -> list[str]:
         lines = [f"parameters and buffers {whose}: {count} of {total} differ only in where their "
                  "values are: the reference's values under other names or in another layout "
                  "(created, named or stored in another order)"]
+    elif not result.revalued:
+        moved = (f", {result.moved} of them holding the reference's values under another "
+                 "name") if result.moved else ""
+        lines = [f"parameters and buffers {whose}: {count} of {total} differ by name, none in "
+                 f"value: they are in one trace only{moved}: a submodule was added, removed "
+                 "or renamed"]
     else:
         moved = (f"; {result.moved} of them hold the reference's values under another name or "
                  "in another layout") if result.moved else ""
@@ -131,6 +138,8 @@ def _found_lines(result: Explanation) -> list[str]:
     lines = [f"first module whose inputs {same} and outputs differ: {_named(found)}"]
     if moved_inputs:
         lines.append(f"  its inputs: {'; '.join(moved_inputs)}")
+    if found.key in result.noted:
+        lines.append(f"  noted, not taken as other inputs: {'; '.join(result.noted[found.key])}")
     lines.append(f"  {_reason(result, found)}")
     lines += [f"  {line}" for difference in result.found_differences
               for line in difference.report()]
@@ -145,7 +154,10 @@ def _reason(result: Explanation, found: Call) -> str:
     """Why the change is in the module found, in what it calls or in its weights."""
     code = ("its own forward code, its settings (attributes that are not parameters) or a "
             "function it calls")
-    if any(name.startswith(f"{found.name}.") for name, _ in result.states):
+    structure = _structure_reason(result, found)
+    if structure:
+        return structure
+    if any(name.startswith(f"{found.name}.") for name in result.revalued):
         return "its own parameters or buffers differ (above): the weights changed, not " \
             "necessarily its code"
     if result.hidden_inner:
@@ -153,11 +165,14 @@ def _reason(result: Explanation, found: Call) -> str:
         return (f"it called {names} with values the trace cannot compare (?): the change may "
                 "be there, or in its own forward code")
     if result.fed_other_inputs:
-        names = ", ".join(call.name for call in result.fed_other_inputs)
+        fed = result.fed_other_inputs
+        names = ", ".join(call.name for call in fed)
+        which = _which_inputs(result, fed[0]) if len(fed) == 1 else \
+            "; ".join(f"{call.name}: {_which_inputs(result, call)}" for call in fed)
         given = ("the submodules it gave the reference's inputs gave the reference's outputs"
                  if result.fed_same_inputs else "it gave no submodule the reference's inputs")
-        return (f"it gave {names} other inputs than at the reference, and {given}: the change "
-                f"is before those calls, in {code}")
+        return (f"it gave {names} other inputs than at the reference ({which}), and {given}: "
+                f"the change is before those calls, in {code}")
     if result.found_calls_inner:
         return (f"every submodule it called was given the reference's inputs and gave the "
                 f"reference's outputs: the change is in {code}")
@@ -165,13 +180,66 @@ def _reason(result: Explanation, found: Call) -> str:
             "(attributes that are not parameters) or a function it calls")
 
 
+def _structure_reason(result: Explanation, found: Call) -> str:
+    """Calls inside the module found that one side makes and the other does not: the
+    change, ahead of weights that only followed it to new names."""
+    inside = f"{found.name}."
+    gone = [c for c in result.only_there if c.name.startswith(inside)]
+    added = [c for c in result.only_here if c.name.startswith(inside)]
+    if not gone and not added:
+        return ""
+    parts = []
+    if gone:
+        parts.append(f"the working tree no longer calls {_kinds(gone)} inside it, as the "
+                     "reference did")
+    if added:
+        parts.append(f"it now calls {_kinds(added)}, which the reference did not")
+    weights = "; its parameters and buffers that differ (above) follow that change" \
+        if any(name.startswith(inside) for name, _ in result.states) else ""
+    return f"{' and '.join(parts)}: the module's structure changed{weights}"
+
+
+def _kinds(calls: list[Call], most: int = 3) -> str:
+    named = ", ".join(f"{c.name} ({c.kind})" for c in calls[:most])
+    return named + (f" and {len(calls) - most} more" if len(calls) > most else "")
+
+
+def _which_inputs(result: Explanation, call: Call) -> str:
+    """The inputs of a call given other inputs, by path, in a few words."""
+    found = result.other_inputs.get(call.key, [])
+    return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "") \
+        if found else "other inputs"
+
+
+def _noted_lines(result: Explanation, most: int = 3) -> list[str]:
+    """Non-tensor arguments passed on one side only, outside the call found."""
+    found = result.found.key if result.found is not None else None
+    noted = [(key, notes) for key, notes in result.noted.items() if key != found]
+    if not noted:
+        return []
+    lines = ["arguments that are not tensors, passed on one side only (noted, not taken as "
+             "other inputs):"]
+    lines += [f"  {name} (call {number}): {'; '.join(notes)}"
+              for (name, number), notes in noted[:most]]
+    if len(noted) > most:
+        lines.append(f"  and {len(noted) - most} more calls")
+    return lines
+
+
 def _window_lines(result: Explanation, found: Call) -> list[str]:
-    lines = ["calls around it, in the order they start:", f"  {'inputs':<6}  {'outputs':<7}  module"]
+    lines = ["calls around it and those it was made inside, in the order they start:",
+             f"  {'inputs':<6}  {'outputs':<7}  module"]
     top = min(call.depth for call, _, _ in result.window)
+    previous: Call | None = None
     for call, inputs, outputs in result.window:
+        if previous is not None and call.entered > previous.entered + 1:
+            lines.append(f"  {'':<6}  {'':<7}  ...")
+        previous = call
         mark = "  <- here" if call is found else ""
         indent = "  " * (call.depth - top)
-        lines.append(f"  {inputs:<6}  {outputs:<7}  {indent}{_named(call)}{mark}")
+        other = f"  ({_which_inputs(result, call)})" \
+            if inputs == DIFF and result.other_inputs.get(call.key) else ""
+        lines.append(f"  {inputs:<6}  {outputs:<7}  {indent}{_named(call)}{mark}{other}")
     marks = {mark for _, inputs, outputs in result.window for mark in (inputs, outputs)}
     if LAYOUT in marks:
         lines.append(f"  {LAYOUT}: the reference's values in another layout (dims permuted or "

@@ -234,6 +234,9 @@ def _row(row: CallRow, depth: int, found: tuple[str, int] | None, scale: tuple[i
                     f"{MARK_TEXT[mark]}</span>"
                     for which, mark in (("inputs", row.inputs), ("outputs", row.outputs)))
     note = ' <span class="here-note">&larr; here</span>' if here else ""
+    if row.note:
+        what = "other inputs" if row.inputs == DIFF else "noted"
+        note += f' <span class="kind">({what}: {escape(row.note)})</span>'
     return (f'<div class="row {MARK_CLASS[row.outputs]}{" here" if here else ""}" '
             f'id="call-{call.entered}">{marks}{_bar(row.relative, scale)}'
             f'<span class="rel">{relative_text(row.relative)}</span>'

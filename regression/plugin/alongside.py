@@ -114,9 +114,10 @@ class Alongside:
             for report in reports:
                 item.ihook.pytest_runtest_logreport(report=report)
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        """Once the cases have run (or the run was cut short), the recording ends."""
+        """Once the cases have run (or the run was cut short), the recording ends: outside
+        the terminal's own wrapper, so that what it says comes after the progress line."""
         try:
             result = yield
         except KeyboardInterrupt as stop:  # Ctrl-C reached the recording too; not pytest's

@@ -76,6 +76,8 @@ class Relay:
             print(line, flush=True)
         else:
             reporter.ensure_newline()
+            if reporter._width_of_current_line:  # xdist's dots name no file: ensure_newline
+                reporter.line("")  # misses them, so the line would join them
             reporter.write_line(line)
 
     def hand_over(self, key: str, data: object) -> bool:

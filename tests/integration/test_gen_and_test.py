@@ -190,7 +190,7 @@ def test_every_differing_output_is_reported_in_one_failure(subject_repo: Repo,
     assert "'scale': 1.5, reference 1.0" in text
     assert "'input'" not in text  # identical: compared, not listed
     assert "ULP distances: " in text and "changed behaviour, far beyond rounding" in text
-    assert "(and 1 more outputs differ: 'scale')" in text  # the summary's line
+    assert "(and 1 more output differs: 'scale')" in text  # the summary's line
     # A test that fails on its own keeps its message; the differing outputs come beside it.
     assert "the test's own assertion" in text
     assert "torch-regression: outputs that differ" in text

@@ -130,3 +130,24 @@ def test_init_outside_a_repository_root_or_without_a_package_says_what_to_do(
                             env=repo.env(), text=True, capture_output=True, check=False)
     assert nested.returncode == 2 and "is not the top of a git work tree" in nested.stderr
     assert "Traceback" not in output(bare) + output(nested)
+
+
+def test_a_reference_that_is_heads_own_tag_is_said_so_with_the_tag_before_it(
+        tmp_path: Path) -> None:
+    repo = _library(tmp_path, "flat")  # v0.1 tags HEAD, and no tag comes before it
+    first = _init(repo)
+    assert first.returncode == 0, output(first)
+    assert ("note: the reference is v0.1, the tag of HEAD itself, so the first `invoke test` "
+            "compares HEAD with itself") in first.stdout, output(first)
+    assert "no tag comes before it" in first.stdout
+    repo.write("minilib/extra.py", "X = 1\n")
+    repo.commit("minilib 0.2")
+    repo.git("tag", "v0.2")
+    second = _init(repo, "--force")
+    assert "note: the reference is v0.2, the tag of HEAD itself" in second.stdout, output(second)
+    assert "the tag before it is v0.1: set `reference: v0.1` in config.yaml" in second.stdout
+    repo.write("minilib/extra.py", "X = 2\n")
+    repo.commit("after the release")
+    assert "note: the reference" not in _init(repo, "--force").stdout
+    starter = (repo.path / STARTER).read_text()
+    assert "    # return regression.randint(0, 1000, (2, 16))\n" in starter

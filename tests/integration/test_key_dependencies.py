@@ -68,7 +68,7 @@ def test_upgrading_a_dependency_the_subject_declares_changes_the_key(
     assert "  tabulate: declared by pyproject.toml\n" in explained
     assert "  the subject's dependencies: read from subj's pyproject.toml/setup.cfg (it is " \
            "not installed)\n" in explained
-    assert "harness: 1 cases in 1 files, hashed with:\n  tests/test_subj.py\n" in explained
+    assert "harness: 1 case in 1 file, hashed with:\n  tests/test_subj.py\n" in explained
 
 
 def test_an_installed_subject_s_metadata_names_its_dependencies(

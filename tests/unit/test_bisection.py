@@ -95,3 +95,23 @@ def teststeps_left_counts_a_stretch_two_searches_share_once() -> None:
     assert steps_left([(-1, 1, frozenset()), (1, 7, frozenset())]) == 1 + 3  # apart
     assert steps_left([(0, 4, frozenset({1})), (1, 4, frozenset())]) == 2  # shared
     assert steps_left([(0, 4, frozenset({1, 2, 3}))]) == 0  # nothing left to try
+
+
+def test_cases_that_fail_at_good_are_said_unjudgeable_not_skipped_at_good() -> None:
+    from regression.diagnose.bisect_report import bisection_lines, scan_lines
+    from regression.diagnose.bisection import Bisection
+
+    good, bad = "1616288e30a0" + "0" * 28, "b" * 40
+    result = Bisection(good, bad, [bad], ["t.py::a"], skipped={
+        good: {"t.py::new": "failed at the reference: KeyError: 't2t'",
+               "t.py::other": "failed at the reference: KeyError: 't2t'"}})
+    for lines in (bisection_lines(result, lambda sha: "subject"),
+                  scan_lines(result, lambda sha: "subject")):
+        text = "\n".join(lines)
+        assert "skipped 1616288e30a0" not in text, text
+        assert ("cannot be judged, since they fail at good 1616288e30a0 itself: t.py::new, "
+                "t.py::other: failed at the reference: KeyError: 't2t'") in text, text
+    result.failed[good] = "the subject does not import"
+    text = "\n".join(bisection_lines(result, lambda sha: "subject"))
+    assert "no case can be judged: every case fails at good 1616288e30a0: the subject does " \
+           "not import" in text, text

@@ -187,8 +187,16 @@ def test_nested_difference_names_its_path() -> None:
 
 def test_missing_and_extra_keys_are_reported() -> None:
     differences = compare({"a": 1, "b": 2}, {"a": 1, "c": 2})
-    assert [d.detail for d in differences] == ["keys missing: 'b' (str)",
-                                               "keys not in reference: 'c' (str)"]
+    assert [d.detail for d in differences] == ["keys missing: 'b'",
+                                               "keys not in reference: 'c'"]
+    assert [(d.kind, d.differing) for d in differences] == [("keys missing", 1),
+                                                            ("keys added", 1)]
+
+
+def test_keys_that_python_would_confuse_carry_their_type_and_only_those() -> None:
+    differences = compare({1: 0, "a": 0, 2: 0}, {True: 0, "b": 0, 2.5: 0})
+    assert [d.detail for d in differences] == ["keys missing: 1 (int), 'a', 2",
+                                               "keys not in reference: True (bool), 'b', 2.5"]
 
 
 ORDER_ONLY = "same keys and values, in another order: only the key order differs"
@@ -491,10 +499,12 @@ def test_pieces_are_bounded_in_order_and_views_of_contiguous_input(
     ("reference", "actual", "kind"),
     [(torch.zeros(2), torch.ones(2), "values"), (1, 2, "values"),
      (torch.zeros(2), torch.zeros(3), "shapes"), ([1], [1, 2], "shapes"),
-     ({"a": 1}, {"b": 1}, "shapes"), (torch.zeros(2), [0.0, 0.0], "shapes"),
+     ({"a": 1}, {"a": 1, "b": 1}, "keys added"), ({"a": 1, "b": 1}, {"a": 1}, "keys missing"),
+     (torch.zeros(2), [0.0, 0.0], "shapes"),
      (torch.zeros(2), torch.zeros(2, dtype=torch.float64), "dtypes"),
      ({"a": 1, "b": 2}, {"b": 2, "a": 1}, "order")],
-    ids=["tensor-values", "scalar", "shape", "length", "keys", "type", "dtype", "order"])
+    ids=["tensor-values", "scalar", "shape", "length", "keys-added", "keys-missing", "type",
+         "dtype", "order"])
 def test_each_difference_says_what_kind_it_is(reference: object, actual: object,
                                               kind: str) -> None:
     assert {d.kind for d in compare(reference, actual)} == {kind}

@@ -7,8 +7,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from regression.diagnose.explain import explain
+from regression.diagnose.explain import call_rows, explain
 from regression.diagnose.explain_report import explanation_lines
+from regression.diagnose.html import page
 from regression.diagnose.trace import Tracer
 from regression.diagnose.trace_file import Trace, read_trace, write_outputs
 
@@ -245,15 +246,19 @@ def test_a_layout_change_above_a_changed_attention_names_the_attention(tmp_path:
     assert ("first module whose inputs hold the reference's values (in another layout) and "
             "outputs differ: model.blocks.0.attn (Attention), call 1\n"
             "  its inputs: input[0]: same values, dims permuted (1, 0, 2)\n") in text
-    assert ("  it gave model.blocks.0.attn.out other inputs than at the reference, and the "
-            "submodules it gave the reference's inputs gave the reference's outputs: the change "
+    assert ("  it gave model.blocks.0.attn.out other inputs than at the reference (input[0]: "
+            "other values), and the submodules it gave the reference's inputs gave the reference's outputs: the change "
             "is before those calls, in its own forward code") in text
     assert "  output (against the reference's, dims permuted (1, 0, 2)): float32[2, 5, 64]: " \
         in text
     assert "rounding-level" in text
-    assert "layout  DIFF       model.blocks.0 (Block), call 1" in text
-    assert "layout  layout       model.blocks.0.norm (LayerNorm), call 1" in text
-    assert "same    same           model.blocks.0.attn.qkv (Linear), call 1" in text
+    # the calls it was made inside come first, though they started long before it
+    assert "  same    DIFF     model (Tower), call 1\n" in text
+    assert "layout  DIFF         model.blocks.0 (Block), call 1" in text
+    assert "DIFF    DIFF         model.blocks.1 (Block), call 1  (input[0]: other values)" \
+        in text
+    assert "layout  layout         model.blocks.0.norm (LayerNorm), call 1" in text
+    assert "same    same             model.blocks.0.attn.qkv (Linear), call 1" in text
     assert "  layout: the reference's values in another layout" in text
 
 
@@ -399,3 +404,169 @@ def test_weights_used_between_calls_are_named_without_blaming_code(tmp_path: Pat
             "through them") in text
     assert "every module computes" not in text and "each module given the reference's" not in text
     assert "parameters and buffers of the outermost module (model): 1 of 3 differ" in text
+
+
+class Layers(nn.Module):
+    """x-transformers' attention layers: a keyword argument it may be given or not."""
+
+    def __init__(self, bump: float = 0.0) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.bump = bump
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                pos: object = None) -> torch.Tensor:
+        x = x if mask is None else x.masked_fill(~mask, 0.0)
+        return torch.tanh(self.proj(x)) * (1 + self.bump)
+
+
+class Wrapper(nn.Module):
+    """x-transformers' TransformerWrapper: the working tree passes a new `pos=None`."""
+
+    def __init__(self, new_keyword: bool, bump: float = 0.0) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 4)
+        self.attn_layers = Layers(bump)
+        self.new_keyword = new_keyword
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        out: torch.Tensor = self.attn_layers(x, pos=None) if self.new_keyword else \
+            self.attn_layers(x)
+        return out
+
+
+def _wrapper(new_keyword: bool, bump: float = 0.0) -> Wrapper:
+    torch.manual_seed(0)
+    return Wrapper(new_keyword, bump)
+
+
+def test_a_new_keyword_argument_of_none_is_noted_not_taken_as_other_inputs(
+        tmp_path: Path) -> None:
+    reference = _traced(tmp_path / "r", _wrapper(False), after=None)
+    found = explain(reference, _traced(tmp_path / "c", _wrapper(True, bump=1e-3), after=None))
+    assert found.found is not None and found.found.name == "Wrapper.attn_layers"
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert ("first module whose inputs are bit-identical and outputs differ: "
+            "Wrapper.attn_layers (Layers), call 1\n"
+            "  noted, not taken as other inputs: input['pos']: None, passed only in the working "
+            "tree\n") in text
+
+
+def test_a_new_keyword_argument_alone_changes_no_call(tmp_path: Path) -> None:
+    reference = _traced(tmp_path / "r", _wrapper(False), after=None)
+    found = explain(reference, _traced(tmp_path / "c", _wrapper(True), after=2.0))
+    assert found.found is None  # the change is the test's own `* 2.0`
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert "the change is in code between module calls" in text
+    assert ("arguments that are not tensors, passed on one side only (noted, not taken as "
+            "other inputs):\n  Wrapper.attn_layers (call 1): input['pos']: None, passed only "
+            "in the working tree") in text
+
+
+class Masked(nn.Module):
+    """Gives its inner module another mask, the input that differs."""
+
+    def __init__(self, flip: bool) -> None:
+        super().__init__()
+        self.layers = Layers()
+        self.flip = flip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(2, 4, dtype=torch.bool)
+        mask[0, 0] = not self.flip
+        out: torch.Tensor = self.layers(x, mask=mask)
+        return out
+
+
+def _masked(flip: bool) -> Masked:
+    torch.manual_seed(0)
+    return Masked(flip)
+
+
+def test_the_input_that_differs_is_named_in_the_terminal_and_on_the_page(
+        tmp_path: Path) -> None:
+    reference = _traced(tmp_path / "r", _masked(False), after=None)
+    found = explain(reference, _traced(tmp_path / "c", _masked(True), after=None))
+    assert found.found is not None and found.found.name == "Masked"
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert "it gave Masked.layers other inputs than at the reference (input['mask']: other " \
+           "values)" in text
+    assert "  DIFF    DIFF       Masked.layers (Layers), call 1  (input['mask']: other values)" \
+        in text
+    rows = call_rows(reference, found_trace := _traced(tmp_path / "c2", _masked(True), None))
+    assert [row.note for row in rows if row.call.name == "Masked.layers"] == [
+        "input['mask']: other values"]
+    html = page("t::case", "v1", explain(reference, found_trace), rows, [])
+    assert "(other inputs: input[&#x27;mask&#x27;]: other values)" in html
+
+
+class Deep(nn.Module):
+    """A parent whose changed child starts long after it: more than AROUND calls between."""
+
+    def __init__(self, bump: float) -> None:
+        super().__init__()
+        self.early = nn.Sequential(*(nn.Identity() for _ in range(8)))
+        self.body = nn.Sequential(nn.Identity(), Mix(bump))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.body(self.early(x))
+        return out
+
+
+def test_the_calls_it_was_made_inside_are_shown_however_early_they_started(
+        tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    reference = _traced(tmp_path / "r", Deep(0.0), after=None)
+    torch.manual_seed(0)
+    found = explain(reference, _traced(tmp_path / "c", Deep(1e-3), after=None))
+    assert found.found is not None and found.found.name == "Deep.body.1"
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    window = text.split("calls around it and those it was made inside, in the order they "
+                        "start:\n")[1].splitlines()
+    assert window[1] == "  same    DIFF     Deep (Deep), call 1"
+    assert window[2] == "                   ..."
+    assert "  same    DIFF       Deep.body (Sequential), call 1" in window
+
+
+class Head(nn.Module):
+    """vit-pytorch's t2t head: a LayerNorm and a Linear, or (now) the Linear alone."""
+
+    def __init__(self, norm: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        linear = nn.Linear(4, 2)
+        self.mlp_head: nn.Module = nn.Sequential(nn.LayerNorm(4), linear) if norm else linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.mlp_head(x)
+        return out
+
+
+def test_a_call_that_is_gone_leads_and_renamed_weights_are_not_called_changed(
+        tmp_path: Path) -> None:
+    reference = _traced(tmp_path / "r", Head(norm=True), after=None)
+    found = explain(reference, _traced(tmp_path / "c", Head(norm=False), after=None))
+    assert found.found is not None and found.found.name == "Head.mlp_head"
+    assert found.revalued == []
+    text = "\n".join(explanation_lines(found, "t::case", "v1"))
+    assert "differ by name, none in value: they are in one trace only, 4 of them holding the " \
+           "reference's values under another name: a submodule was added, removed or renamed" \
+        in text
+    assert "initialised or loaded differently" not in text
+    assert ("  the working tree no longer calls Head.mlp_head.0 (LayerNorm), Head.mlp_head.1 "
+            "(Linear) inside it, as the reference did: the module's structure changed") in text
+    assert "the weights changed" not in text
+
+
+def test_a_one_ulp_change_of_a_weight_is_an_initialisation_change(tmp_path: Path) -> None:
+    reference = _traced(tmp_path / "r", _model())
+    nudged = _model()
+    with torch.no_grad():
+        nudged.last.weight.copy_(torch.nextafter(nudged.last.weight, torch.tensor(9.0)))
+    text = "\n".join(explanation_lines(explain(reference, _traced(tmp_path / "c", nudged)),
+                                       "t::case", "v1"))
+    assert ("  Model.last.weight: float32[2, 4]: 8 of 8 elements differ; max |diff| ") in text
+    assert "an initialisation (or loading) change of that size" in text
+    weights = text.split("parameters and buffers")[1].split("first module")[0]
+    assert "reordered arithmetic" in weights and "reordered arithmetic gives" not in weights

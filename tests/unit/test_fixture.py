@@ -257,7 +257,7 @@ def test_check_sink_compares_every_output_and_fails_once_listing_each() -> None:
     assert "  'logits': float32[2, 2]: 1 of 4 elements differ" in failure
     assert "\n      ULP distances: " in failure  # the full report, under its output
     assert "  'meta'['n']: 4, reference 3" in failure
-    assert sink.detail().endswith("(and 1 more outputs differ: 'meta')")
+    assert sink.detail().endswith("(and 1 more output differs: 'meta')")
 
 
 def test_check_sink_reports_unchecked_outputs() -> None:

@@ -228,14 +228,28 @@ def test_key_order_alone_is_reported_as_such() -> None:
         "'state': same keys and values, in another order: only the key order differs")
 
 
-def test_missing_keys_rank_with_shapes_after_values() -> None:
+def test_missing_keys_are_counted_as_keys_not_as_shapes() -> None:
     import torch
 
     actual = _state(**{"fc.bias": torch.ones(2)})
     del actual["norm.weight"]
     detail = _detail(_state(), actual)
     assert detail.startswith("'state'['fc.bias']: float32[2]: 2 of 2")
-    assert detail.endswith("; also 1 shape differs")
+    assert detail.endswith("; also 1 key missing")
+    assert "shape" not in detail
+
+
+def test_a_head_that_lost_its_norm_reads_as_keys_missing_and_added() -> None:
+    """vit-pytorch's t2t: `mlp_head.0` (a LayerNorm) gone, `mlp_head.1` renamed `mlp_head`;
+    no tensor changed its shape, and string keys carry no type."""
+    import torch
+
+    reference = {"mlp_head.0.weight": torch.ones(4), "mlp_head.0.bias": torch.zeros(4),
+                 "mlp_head.1.weight": torch.ones(2, 4), "mlp_head.1.bias": torch.zeros(2)}
+    actual = {"mlp_head.weight": torch.ones(2, 4), "mlp_head.bias": torch.zeros(2)}
+    assert _detail(reference, actual) == (
+        "'state': keys missing: 'mlp_head.0.weight', 'mlp_head.0.bias', 'mlp_head.1.weight', "
+        "'mlp_head.1.bias'; also 2 keys not in reference")
 
 
 def test_several_values_are_counted_and_other_outputs_named() -> None:
@@ -244,6 +258,25 @@ def test_several_values_are_counted_and_other_outputs_named() -> None:
 
     changed = [("meta", compare({"n": 3}, {"n": 4}, name="'meta'")),
                ("state", compare({"a": 1, "b": 2}, {"b": 2, "a": 5}, name="'state'"))]
-    assert changed_detail(changed) == ("'meta'['n']: 4, reference 3; also 1 more value and "
-                                       "the key order differ (and 1 more outputs differ: "
-                                       "'state')")
+    assert changed_detail(changed) == ("'meta'['n']: 4, reference 3 (and 1 more output "
+                                       "differs: 'state')")
+
+
+def test_a_difference_in_another_output_is_counted_once() -> None:
+    """Not `also 1 more value differs (and 1 more outputs differ: 'forward_features')`."""
+    import torch
+
+    from regression.compare import compare
+    from regression.report import changed_detail
+
+    changed = [("logits", compare(torch.zeros(2), torch.ones(2), name="'logits'")),
+               ("forward_features", compare(torch.zeros(3), torch.ones(3),
+                                            name="'forward_features'"))]
+    detail = changed_detail(changed)
+    assert detail.endswith("(and 1 more output differs: 'forward_features')")
+    assert "also" not in detail
+    two = [*changed, ("x", compare({"a": 1, "b": 2}, {"a": 2, "b": 3}, name="'x'"))]
+    assert changed_detail(two).endswith(
+        "(and 2 more outputs differ: 'forward_features', 'x')")
+    one = [("x", compare({"a": 1, "b": 2, "c": 3}, {"a": 2, "b": 3, "c": 4}, name="'x'"))]
+    assert changed_detail(one) == "'x'['a']: 2, reference 1; also 2 more values differ"

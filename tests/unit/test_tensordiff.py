@@ -10,7 +10,7 @@ import torch
 
 from regression.compare import compare_tensors
 from regression.tensordiff import scan, ulp_distances
-from regression.tensordiff_text import value_text
+from regression.tensordiff_text import report_lines, value_text
 from regression.tensorlayout import aligned, layout
 
 FLOATS = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
@@ -115,6 +115,10 @@ ROUNDING = "at its scale: rounding-level, as reordered arithmetic gives"
 BEHAVIOUR = "at its scale: changed behaviour, far beyond rounding"
 
 
+def scan_lines(reference: torch.Tensor, actual: torch.Tensor) -> list[str]:
+    return report_lines(scan(reference, actual))
+
+
 def _verdict(reference: torch.Tensor, actual: torch.Tensor) -> str:
     difference = compare_tensors(reference, actual)
     assert difference is not None
@@ -215,6 +219,59 @@ def test_nan_and_inf() -> None:
     assert BEHAVIOUR in _verdict(reference, flipped)
     actual[1, 2, 3] = math.nan
     assert "a NaN appeared or went: changed behaviour" in _verdict(reference, actual)
+
+
+def _masked_scores(dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Causal attention scores masked as x-transformers does, with -finfo(dtype).max."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(2, 4, 16, 16, generator=generator).to(dtype)
+    causal = torch.ones(16, 16, dtype=torch.bool).triu(1)
+    return scores.masked_fill(causal, -torch.finfo(dtype).max)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mask_fill_values_do_not_set_the_scale_of_the_scores(dtype: torch.dtype) -> None:
+    """-0.785 -> 0.080 was read as `at most 4.26e-32 ULPs at its scale: rounding-level`."""
+    reference = _masked_scores(dtype)
+    actual = reference.clone()
+    actual[0, 0, 5, 2] = reference[0, 0, 5, 2] + 0.864
+    detail = _verdict(reference, actual)
+    assert BEHAVIOUR in detail, detail
+    scale = next(line for line in scan_lines(reference, actual) if "tensor's scale" in line)
+    assert "non-finite, sentinel (±finfo.max) or outlying elements of the two set aside" \
+        in scale
+    assert scan(reference, actual).rms < 2  # the scores' own scale, not 2.3e+38
+
+
+def test_a_one_ulp_change_of_masked_scores_still_reads_as_rounding() -> None:
+    reference = _masked_scores()
+    actual = reference.clone()
+    actual[1, 3, 9, 4] = _up(reference[1, 3, 9, 4:5], 1)[0]
+    assert ROUNDING in _verdict(reference, actual)
+
+
+def test_a_few_huge_outliers_do_not_set_the_scale_either() -> None:
+    x, _ = _features()
+    reference = x.clone()
+    reference[0, 0, :4] = -1e9  # a mask's fill of another library
+    actual = reference.clone()
+    actual[1, 3, 7] += 0.5
+    assert BEHAVIOUR in _verdict(reference, actual)
+    assert scan(reference, actual).aside == 8
+
+
+def test_a_one_ulp_change_of_a_weight_is_an_initialisation_change_not_arithmetic() -> None:
+    """A stored weight is not computed: no kernel or summation order moves it."""
+    weight = torch.linspace(-0.1, 0.1, 64).reshape(8, 8)
+    nudged = weight.clone()
+    nudged[2, 3] = _up(weight[2, 3:4], 1)[0]
+    difference = compare_tensors(weight, nudged, "w", weight=True)
+    assert difference is not None
+    assert "at most 1 ULP at its scale: an initialisation (or loading) change of that size; " \
+        "stored, not computed, so no reordered arithmetic explains it" in difference.detail
+    assert "reordered arithmetic gives" not in difference.detail
+    far = compare_tensors(weight, weight + 1, "w", weight=True)
+    assert far is not None and "up to " in far.detail and "initialisation" in far.detail
 
 
 def test_the_report_keeps_the_per_element_histogram_and_says_how_the_verdict_measured() -> None:
