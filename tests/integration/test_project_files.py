@@ -1,0 +1,58 @@
+"""The project's own files (pyproject.toml, setup.cfg, setup.py, requirements*.txt) as the
+tool reads them: a runtime requirement file's dependencies are in the key.
+
+The repositories are flat (the subject at the top), not installed, as timm's is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import Repo, output
+
+TIMM_LAYOUT = {
+    "pyproject.toml": '[project]\nname = "subj"\nversion = "1.0"\n'
+                      'dependencies = ["torch"]\n\n[tool.pytest.ini_options]\n',
+    "requirements.txt": "torch>=2\nnumpy\n",
+    "requirements-dev.txt": "pytest\nruff\n",
+}
+
+def _fake_distribution(folder: Path, name: str, version: str) -> Path:
+    """A real installed distribution, metadata only, in `folder` (to put on the path)."""
+    info = folder / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text("")
+    return folder
+
+
+def _key_explained(repo: Repo, *folders: Path) -> tuple[str, str]:
+    """`invoke key --explain` with `folders` on PYTHONPATH: (the key, the explanation)."""
+    done = repo.invoke("key", "--explain", process=True,
+                       env={"PYTHONPATH": ":".join(str(f) for f in folders)})
+    assert done.returncode == 0, output(done)
+    return done.stdout.strip().splitlines()[-1], done.stdout
+
+
+def test_a_dependency_declared_only_in_requirements_txt_is_in_the_key(
+        subject_repo: Repo, tmp_path: Path) -> None:
+    """timm declares numpy only in requirements.txt: another installed version of it must
+    change the key; one of a package requirements-dev.txt names must not."""
+    for name, text in TIMM_LAYOUT.items():
+        subject_repo.write(name, text)
+    subject_repo.write("requirements.txt", "torch>=2\nFake_Runtime_Dep>=1\n")
+    subject_repo.write("requirements-dev.txt", "fake-dev-dep\n")
+    runtime = {v: _fake_distribution(tmp_path / f"runtime-{v}", "fake_runtime_dep", v)
+               for v in ("1.0", "2.0")}
+    dev = {v: _fake_distribution(tmp_path / f"dev-{v}", "fake_dev_dep", v)
+           for v in ("1.0", "2.0")}
+    key, explained = _key_explained(subject_repo, runtime["1.0"], dev["1.0"])
+    assert "packages: fake-runtime-dep 1.0\n" in explained, explained
+    assert "  fake-runtime-dep: declared by requirements.txt\n" in explained, explained
+    assert "fake-dev-dep" not in explained and "fake_runtime_dep" not in explained, explained
+    assert "  the subject's dependencies: read from subj's pyproject.toml/setup.cfg (it is " \
+           "not installed), requirements.txt\n" in explained, explained
+    upgraded, _ = _key_explained(subject_repo, runtime["2.0"], dev["1.0"])
+    assert upgraded != key
+    dev_upgraded, _ = _key_explained(subject_repo, runtime["1.0"], dev["2.0"])
+    assert dev_upgraded == key
