@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import xxhash
 
@@ -39,17 +39,24 @@ KERNEL_VARIABLES = (
 )
 
 
-def environment_parts(settings: Settings, reference_sha: str) -> dict[str, str]:
-    """Every fact except the harness that the reference's bits depend on, by name."""
+def environment_parts(settings: Settings, reference_sha: str,
+                      packages: Sequence[str] | None = None) -> dict[str, str]:
+    """Every fact except the harness that the reference's bits depend on, by name.
+
+    `packages` names the packages whose installed versions are in the key, as the process
+    that made the job found them (`packages_in` its parts); None reads them from the
+    project's files now (key_packages). A recording is handed them: the tool's own reads
+    of the working tree would be caught by the recording's watch of it."""
     import torch
 
     determinism = settings.determinism
+    names = [p.name for p in key_packages(settings)] if packages is None else packages
     return {
         "format": FORMAT_VERSION,
         "reference": reference_sha,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "torch": f"{torch.__version__} (git {torch.version.git_version})",
-        "packages": _package_versions(p.name for p in key_packages(settings)),
+        "packages": _package_versions(names),
         "platform": f"{platform.system().lower()} {platform.machine()}",
         "subject": f"{', '.join(settings.subject_packages)} from {settings.subject_path}",
         "cpu": f"{torch.backends.cpu.get_cpu_capability()}; {_cpu_model()}",
@@ -171,6 +178,16 @@ def _project_requirements(settings: Settings) -> tuple[list[Requirement], str]:
     declared = [r for r in declared_requirements(settings.root)
                 if r.source in ("pyproject.toml", "setup.cfg")]
     return declared, ""
+
+
+def packages_in(parts: Mapping[str, str]) -> list[str]:
+    """The names of the packages whose versions `parts` hold, read back from the "packages"
+    part environment_parts wrote (names hold no space or ';'): what a recording is handed
+    instead of reading the project's files."""
+    part = parts.get("packages", "none")
+    if part == "none":
+        return []
+    return [entry.split(" ", 1)[0] for entry in part.split("; ")]
 
 
 def _package_versions(names: Iterable[str]) -> str:

@@ -1,5 +1,6 @@
 """The project's own files (pyproject.toml, setup.cfg, setup.py, requirements*.txt) as the
-tool reads them: a runtime requirement file's dependencies are in the key.
+tool reads them: its reads are never the user's, and a runtime requirement file's
+dependencies are in the key.
 
 The repositories are flat (the subject at the top), not installed, as timm's is.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers import Repo, output
 
 TIMM_LAYOUT = {
@@ -16,6 +18,32 @@ TIMM_LAYOUT = {
     "requirements.txt": "torch>=2\nnumpy\n",
     "requirements-dev.txt": "pytest\nruff\n",
 }
+SETUPTOOLS_LAYOUT = {
+    "setup.cfg": "[metadata]\nname = subj\n\n[options]\ninstall_requires =\n    numpy\n",
+    "setup.py": 'from setuptools import setup\n\nsetup(install_requires=["torch"])\n',
+    "requirements/base.txt": "numpy\n",
+    "requirements/test.txt": "pytest\n",
+}
+
+
+@pytest.mark.parametrize("files", [TIMM_LAYOUT, SETUPTOOLS_LAYOUT], ids=["timm", "setuptools"])
+def test_a_flat_uninstalled_library_with_its_project_files_records_and_passes(
+        subject_repo: Repo, files: dict[str, str]) -> None:
+    """The key's dependency facts are read from these files in the invoke process and
+    handed to the recording: the recording's watch of the tree sees none of those reads."""
+    for name, text in files.items():
+        subject_repo.write(name, text)
+    subject_repo.commit("the project's files")
+    gen = subject_repo.invoke("gen")
+    assert gen.returncode == 0, output(gen)
+    assert "recorded 1 cases" in gen.stdout, output(gen)
+    test = subject_repo.invoke("test")
+    assert test.returncode == 0, output(test)
+    assert "1 case: 1 identical" in test.stdout, output(test)
+    assert "were run or read" not in output(gen) + output(test)
+    explained = subject_repo.invoke("key", "--explain")
+    assert "  numpy: declared by " in explained.stdout, output(explained)  # the facts are used
+
 
 def _fake_distribution(folder: Path, name: str, version: str) -> Path:
     """A real installed distribution, metadata only, in `folder` (to put on the path)."""

@@ -314,3 +314,17 @@ def test_a_package_has_one_spelling_wherever_it_was_named(tmp_path: Path) -> Non
     assert [p.name for p in key_packages(chosen)] == ["huggingface-hub", "py-yaml"]
     assert environment_parts(chosen, "a")["packages"].startswith("huggingface-hub ")
 
+
+def test_given_packages_are_the_key_s_and_the_project_s_files_are_not_read(
+        tmp_path: Path) -> None:
+    """What a recording does: the names come from its job, whatever the files say now."""
+    from regression.fingerprint import packages_in
+
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    parts = environment_parts(settings(tmp_path), "a")
+    assert packages_in(parts) == ["numpy"]
+    (tmp_path / "requirements.txt").write_text("pytest\n")  # unread when the names are given
+    assert environment_parts(settings(tmp_path), "a", packages_in(parts)) == parts
+    assert environment_parts(settings(tmp_path), "a") != parts
+    assert packages_in({"packages": "none"}) == [] and packages_in({}) == []
+    assert packages_in({"packages": "a-b 1.0; c <not installed>"}) == ["a-b", "c"]
