@@ -1,16 +1,17 @@
 """The project's own files (pyproject.toml, setup.cfg, setup.py, requirements*.txt) as the
-tool reads them: its reads are never the user's, and a runtime requirement file's
-dependencies are in the key.
+tool reads them: its reads are never the user's, a refusal says what to do for the kind of
+file it found, and a runtime requirement file's dependencies are in the key.
 
 The repositories are flat (the subject at the top), not installed, as timm's is.
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import Repo, output
+from helpers import TESTS, Repo, output
 
 TIMM_LAYOUT = {
     "pyproject.toml": '[project]\nname = "subj"\nversion = "1.0"\n'
@@ -43,6 +44,42 @@ def test_a_flat_uninstalled_library_with_its_project_files_records_and_passes(
     assert "were run or read" not in output(gen) + output(test)
     explained = subject_repo.invoke("key", "--explain")
     assert "  numpy: declared by " in explained.stdout, output(explained)  # the facts are used
+
+
+def test_a_refusal_names_the_fix_for_each_kind_of_file(subject_repo: Repo) -> None:
+    """The subject imports a module beside it; a test reads a data file outside the test
+    folders and the project's requirements.txt, by paths into the working tree."""
+    for name, text in TIMM_LAYOUT.items():
+        subject_repo.write(name, text)
+    subject_repo.write("helpers.py", "FACTOR = 2.0\n")
+    subject_repo.write("subj/__init__.py", "import helpers\n" +
+                       (subject_repo.path / "subj" / "__init__.py").read_text())
+    subject_repo.write("assets/inputs.json", '{"scale": 1.0}\n')
+    subject_repo.write("tests/test_subj.py", textwrap.dedent("""\
+        import json
+        from pathlib import Path
+
+        ROOT = Path(__file__).resolve().parents[1]  # the working tree
+        SCALE = json.loads((ROOT / "assets" / "inputs.json").read_text())["scale"]
+        NEEDS = (ROOT / "requirements.txt").read_text()
+        """) + TESTS)
+    subject_repo.commit("a helper module, a data file and a read of requirements.txt")
+    done = subject_repo.invoke("gen", "--reference", "HEAD")
+    text = done.stderr
+    assert done.returncode == 2, output(done)
+    assert "  helpers (helpers.py)\n" in text, text
+    assert "Fix: a module beside the subject is code under test: add helpers to " \
+           "config.yaml's `subject.packages`" in text, text
+    assert "  assets/inputs.json (read)\n" in text, text
+    assert "Fix: a data file the tests read, outside the test folders: list it in " \
+           "config.yaml's `harness`" in text, text
+    assert "  requirements.txt (read)\n" in text, text
+    assert "Fix: the project's metadata: to know the subject's own (its version, its " \
+           "requirements), install the subject (`pip install -e .`)" in text, text
+    assert "requirements-dev.txt" not in text and "pyproject.toml" not in text, text
+    assert text.count("Fix: ") == 3 and text.rstrip().endswith("Nothing was stored."), text
+    assert "Import the subject by its package name" not in text  # what could not help
+    assert not list(subject_repo.cache.rglob("*.safetensors"))
 
 
 def _fake_distribution(folder: Path, name: str, version: str) -> Path:
