@@ -143,9 +143,32 @@ def requirement_files(root: Path) -> list[Path]:
     return [path for path in files if path.is_file()]
 
 
-def _requirement_files(root: Path) -> list[Requirement]:
+NOT_RUNTIME = frozenset({"dev", "develop", "development", "test", "tests", "testing", "doc",
+                         "docs", "lint", "ci", "build", "typing", "bench", "benchmark",
+                         "benchmarks", "example", "examples"})
+"""Words in a requirement file's name that say it is not what the library needs to run:
+requirements-dev.txt, requirements_test.txt, requirements/docs.txt."""
+
+
+def is_runtime(path: Path) -> bool:
+    """Whether a requirement file lists what the library needs to run: none of the words
+    of its name (split at '-', '_' and '.', in requirements/ the whole name) is one of
+    NOT_RUNTIME's."""
+    words = {w.lower() for w in re.split(r"[-_.]+", path.stem)}
+    return not words & NOT_RUNTIME
+
+
+def runtime_requirements(root: Path) -> list[Requirement]:
+    """What the runtime requirement files at `root` declare (is_runtime), each named as the
+    file it was read from (requirements.txt, requirements/base.txt)."""
+    return _requirement_files(root, runtime_only=True)
+
+
+def _requirement_files(root: Path, runtime_only: bool = False) -> list[Requirement]:
     found = []
     for path in requirement_files(root):
+        if runtime_only and not is_runtime(path):
+            continue
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError):

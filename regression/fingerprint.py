@@ -9,13 +9,13 @@ import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import xxhash
 
 from regression.config import Settings
 from regression.dependencies import Requirement, distribution_requirements, distributions_of, \
-    normalized, project_name
+    normalized, project_name, runtime_requirements
 from regression.dependencies import declared as declared_requirements
 from regression.determinism import no_cuda_message
 from regression.errors import DeterminismError
@@ -39,17 +39,24 @@ KERNEL_VARIABLES = (
 )
 
 
-def environment_parts(settings: Settings, reference_sha: str) -> dict[str, str]:
-    """Every fact except the harness that the reference's bits depend on, by name."""
+def environment_parts(settings: Settings, reference_sha: str,
+                      packages: Sequence[str] | None = None) -> dict[str, str]:
+    """Every fact except the harness that the reference's bits depend on, by name.
+
+    `packages` names the packages whose installed versions are in the key, as the process
+    that made the job found them (`packages_in` its parts); None reads them from the
+    project's files now (key_packages). A recording is handed them: the tool's own reads
+    of the working tree would be caught by the recording's watch of it."""
     import torch
 
     determinism = settings.determinism
+    names = [p.name for p in key_packages(settings)] if packages is None else packages
     return {
         "format": FORMAT_VERSION,
         "reference": reference_sha,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "torch": f"{torch.__version__} (git {torch.version.git_version})",
-        "packages": _package_versions(p.name for p in key_packages(settings)),
+        "packages": _package_versions(names),
         "platform": f"{platform.system().lower()} {platform.machine()}",
         "subject": f"{', '.join(settings.subject_packages)} from {settings.subject_path}",
         "cpu": f"{torch.backends.cpu.get_cpu_capability()}; {_cpu_model()}",
@@ -116,14 +123,15 @@ class Package:
     """A package whose installed version is part of the key, and why it is."""
 
     name: str
+    """As pip compares names (PEP 503): one spelling, wherever it was read."""
     why: str
 
 
 def key_packages(settings: Settings) -> list[Package]:
     """The subject's declared dependencies and config.yaml's fingerprint.packages, less its
-    fingerprint.exclude_packages, by name; torch has a part of its own."""
+    fingerprint.exclude_packages, by normalised name; torch has a part of its own."""
     excluded = {normalized(name) for name in (*settings.fingerprint_exclude, "torch")}
-    found = {normalized(name): Package(name, "config.yaml's fingerprint.packages")
+    found = {normalized(name): Package(normalized(name), "config.yaml's fingerprint.packages")
              for name in settings.fingerprint_packages}
     requirements, _ = subject_requirements(settings)
     for requirement in requirements:
@@ -135,30 +143,51 @@ def key_packages(settings: Settings) -> list[Package]:
 def subject_requirements(settings: Settings) -> tuple[list[Requirement], str]:
     """What the subject requires (not its extras), and where that was read: the installed
     distributions of its packages, else the project's pyproject.toml or setup.cfg when that
-    project is named as one of them."""
+    project is named as one of them; and, either way, the repository's runtime requirement
+    files (dependencies.is_runtime: requirements.txt, not requirements-dev.txt)."""
     found: list[Requirement] = []
     sources = []
     project = project_name(settings.root)
     for distribution in distributions_of(settings.subject_packages, project):
-        requirements = distribution_requirements(distribution) or []
-        found += requirements
+        found += distribution_requirements(distribution) or []
         sources.append(f"the metadata of {distribution}, installed")
-    if sources:
-        return [r for r in found if not r.optional], f"read from {', '.join(sources)}"
-    return _project_requirements(settings)
+    why_not = ""
+    if not sources:
+        found, why_not = _project_requirements(settings)
+        if not why_not:
+            sources.append(f"{project}'s pyproject.toml/setup.cfg (it is not installed)")
+    files = runtime_requirements(settings.root)
+    found += files
+    sources += dict.fromkeys(r.source for r in files)
+    required = [r for r in found if not r.optional]
+    if not sources:
+        return required, f"none read: {why_not}"
+    return required, f"read from {', '.join(sources)}" + (f" (not from the project's files: "
+                                                          f"{why_not})" if why_not else "")
 
 
 def _project_requirements(settings: Settings) -> tuple[list[Requirement], str]:
-    """The requirements in the project's own files, when that project is the subject."""
+    """The requirements in the project's pyproject.toml or setup.cfg, when that project is
+    the subject; else none, and why."""
     name = project_name(settings.root)
     subject = {normalized(package) for package in settings.subject_packages}
     if not name or name not in subject:
         why = f"names the project {name!r}" if name else "names no project"
-        return [], (f"none read: {', '.join(settings.subject_packages)} is not installed, and "
+        return [], (f"{', '.join(settings.subject_packages)} is not installed, and "
                     f"{settings.root.name}'s pyproject.toml/setup.cfg {why}")
     declared = [r for r in declared_requirements(settings.root)
-                if r.source in ("pyproject.toml", "setup.cfg") and not r.optional]
-    return declared, f"read from {name}'s pyproject.toml/setup.cfg (it is not installed)"
+                if r.source in ("pyproject.toml", "setup.cfg")]
+    return declared, ""
+
+
+def packages_in(parts: Mapping[str, str]) -> list[str]:
+    """The names of the packages whose versions `parts` hold, read back from the "packages"
+    part environment_parts wrote (names hold no space or ';'): what a recording is handed
+    instead of reading the project's files."""
+    part = parts.get("packages", "none")
+    if part == "none":
+        return []
+    return [entry.split(" ", 1)[0] for entry in part.split("; ")]
 
 
 def _package_versions(names: Iterable[str]) -> str:

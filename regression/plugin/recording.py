@@ -19,13 +19,13 @@ import pytest
 from regression import determinism
 from regression.errors import DeterminismError, RegressionError, SubjectImportError, error_data, \
     error_from_data
-from regression.fingerprint import environment_parts
+from regression.fingerprint import environment_parts, packages_in
 from regression.harness import extra_harness_files, helper_digests
 from regression.plugin.common import crash_reason, exception_reason, report_reason, \
     traceback_frames, uses_fixture
 from regression.plugin.importer import install_redirect, verify_origins
 from regression.plugin.strays import require_own_files, stray_modules
-from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
+from regression.plugin.tree_watch import TreeWatch, own_reads, stop_watching, watch_tree
 from regression.plugin.relay import CONTROLLER, ERROR, SOLO, Relay, attach, role
 from regression.run import overlap
 from regression.run.handoff import ask_shared, receive_cases
@@ -321,10 +321,13 @@ class Recording:
         return self.error_reasons.get(report.nodeid) or report_reason(report)
 
     def entry(self) -> Entry:
-        """The cache entry of the environment the parent planned for, which must be ours."""
+        """The cache entry of the environment the parent planned for, which must be ours.
+        The key's packages are the job's: this process reads none of the project's files."""
         if self._entry is None:
-            entry = Entry(self.settings.cache_dir, environment_parts(self.settings,
-                                                                     self.job.reference))
+            with own_reads():
+                parts = environment_parts(self.settings, self.job.reference,
+                                          packages_in(self.job.parts))
+            entry = Entry(self.settings.cache_dir, parts)
             if entry.parts != self.job.parts:
                 raise RegressionError(
                     "the recording process sees another environment than the one that "

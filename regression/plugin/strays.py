@@ -60,39 +60,84 @@ def require_no_strays(project: Path, allowed: Sequence[Path],
     """Raise StrayImportError naming every module the recording took from the working tree."""
     stray = stray_modules(project, allowed, allowed_files)
     if stray:
-        raise StrayImportError(stray_message(stray))
+        raise StrayImportError(f"{stray_message(stray)}\n{NOTHING_STORED}")
 
 
-def stray_message(stray: Mapping[str, str]) -> str:
-    """What is said about modules imported from the working tree, by name."""
+NOTHING_STORED = "Nothing was stored."
+SUBJECTS = "; the subject's"
+"""How the watch marks a file in a subject package's folder."""
+
+
+def stray_message(stray: Mapping[str, str], subjects: frozenset[str] = frozenset()) -> str:
+    """What is said about modules imported from the working tree, by name, and the fix for
+    each kind: `subjects` are the paths of those in a subject package's folder."""
     lines = "\n".join(f"  {name} ({where})" for name, where in stray.items())
+    theirs = [where for where in stray.values() if where in subjects]
+    beside = sorted({name.split(".")[0] for name, where in stray.items()
+                     if where not in subjects})
+    fixes = []
+    if theirs:
+        fixes.append(f"Fix: the subject's own modules ({', '.join(theirs)}), imported from a "
+                     "folder put on sys.path: import them by their package name.")
+    if beside:
+        fixes.append(f"Fix: a module beside the subject is code under test: add "
+                     f"{', '.join(beside)} to config.yaml's `subject.packages` (then imported "
+                     "from the reference); one that only makes the tests' inputs goes in "
+                     "`harness` instead (then part of the cache key).")
     return ("these modules were imported from your working tree while recording at the "
             f"reference, so their current code would pass as the reference:\n{lines}\n"
-            "Nothing was stored. If a module is part of the code under test, add its "
-            "top-level package to config.yaml's `subject.packages` (it is then imported from "
-            "the reference); if it only shapes the tests' inputs, add its files to `harness` "
-            "(they are then part of the cache key).")
+            + "\n".join(fixes))
+
 
 def require_own_files(stray: Mapping[str, str], refused: Mapping[str, str]) -> None:
     """Raise StrayImportError, in one message, naming every module (`stray`, by name) and
-    every other file (`refused`, by path) the recording took from the working tree."""
+    every other file (`refused`, by path, with how: "read", "run", "...; the subject's")
+    the recording took from the working tree, and the fix for each kind."""
     named = set(stray.values())
+    subjects = frozenset(path for path, how in refused.items() if how.endswith(SUBJECTS))
     refused = {path: how for path, how in sorted(refused.items()) if path not in named}
-    messages = ([stray_message(stray)] if stray else []) + \
+    messages = ([stray_message(stray, subjects)] if stray else []) + \
         ([read_message(refused)] if refused else [])
     if messages:
-        raise StrayImportError("\n".join(messages))
+        raise StrayImportError("\n".join([*messages, NOTHING_STORED]))
+
+
+METADATA_NAMES = frozenset({"setup.py", "setup.cfg", "pyproject.toml", "PKG-INFO", "VERSION",
+                            "version.txt", "MANIFEST.in"})
+_CODE = (".py", ".pyc", ".so", ".pyd")
+FIXES = {
+    "metadata": "the project's metadata: to know the subject's own (its version, its "
+                "requirements), install the subject (`pip install -e .`) and ask "
+                "importlib.metadata; else list the file in config.yaml's `harness`.",
+    "subject": "the subject's files, reached by a path into your working tree: import the "
+               "subject by its package name, and read its files relative to its module's "
+               "__file__ or to the working folder (the reference's worktree while recording).",
+    "code": "code run by its path, outside the subject: import it by its package name, and "
+            "add that package to config.yaml's `subject.packages` (then run from the "
+            "reference).",
+    "data": "a data file the tests read, outside the test folders: list it in config.yaml's "
+            "`harness` (its bytes are then part of the cache key).",
+}
+"""The fix for each kind of file a recording read from the working tree."""
+
+
+def file_kind(path: str, how: str) -> str:
+    """What a file the recording took from the working tree is, as a key of FIXES."""
+    name = path.rsplit("/", 1)[-1]
+    if name in METADATA_NAMES or (name.startswith("requirements") and name.endswith(".txt")) \
+            or path.startswith("requirements/"):
+        return "metadata"
+    if how.endswith(SUBJECTS):
+        return "subject"
+    return "code" if name.endswith(_CODE) else "data"
 
 
 def read_message(refused: Mapping[str, str]) -> str:
-    """What is said about files run or read from the working tree, by path."""
+    """What is said about files run or read from the working tree, by path, and the fix for
+    each kind of file among them."""
     lines = "\n".join(f"  {name} ({how})" for name, how in refused.items())
-    return (
-        "these files of your working tree were run or read while recording at the "
-        f"reference, so their current content would pass as the reference's:\n{lines}\n"
-        "Nothing was stored. Import the subject by its package name (not from a file path: "
-        "importlib.util.spec_from_file_location, SourceFileLoader, runpy.run_path, "
-        "exec(open(...).read()), a folder of your repository put on sys.path); read its data "
-        "files relative to the working folder (the reference's worktree while recording) or "
-        "to its module's __file__; a file that only shapes the tests' inputs "
-        "belongs in config.yaml's `harness` (it is then part of the cache key).")
+    kinds = {file_kind(name, how) for name, how in refused.items()}
+    fixes = "\n".join(f"Fix: {FIXES[kind]}" for kind in FIXES if kind in kinds)
+    return ("these files of your working tree were run or read while recording at the "
+            f"reference, so their current content would pass as the reference's:\n{lines}\n"
+            f"{fixes}")

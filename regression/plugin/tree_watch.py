@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from regression.plugin.strays import THIS_PACKAGE, is_package_above, library_folders
 
@@ -214,9 +216,25 @@ def stop_watching() -> None:
     _WATCHES.clear()
 
 
+_OWN = threading.local()
+"""`reading` is set while this thread runs the tool's own reads (own_reads)."""
+
+
+@contextmanager
+def own_reads() -> Iterator[None]:
+    """The tool's own reads, in this thread, for the length of the block: not the user's,
+    so never noted (the user's code runs in none of these blocks)."""
+    before = getattr(_OWN, "reading", False)
+    _OWN.reading = True
+    try:
+        yield
+    finally:
+        _OWN.reading = before
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     """The audit hook: cheap for every other event, and never raises."""
-    if not _WATCHES or (event != "open" and event != "exec"):
+    if not _WATCHES or (event != "open" and event != "exec") or getattr(_OWN, "reading", False):
         return
     try:
         if event == "open":

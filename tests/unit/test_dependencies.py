@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.dependencies import Requirement, declared, parse, project_name
+from regression.dependencies import Requirement, declared, is_runtime, parse, project_name, \
+    runtime_requirements
 
 PYPROJECT = """\
 [project]
@@ -106,3 +107,27 @@ def test_a_broken_project_file_declares_nothing_and_raises_nothing(tmp_path: Pat
                                                                    name: str) -> None:
     (tmp_path / name).write_text("[project\nname = = 'x'\n")
     assert declared(tmp_path) == [] and project_name(tmp_path) == ""
+
+
+@pytest.mark.parametrize(("name", "runtime"), [
+    ("requirements.txt", True), ("requirements-cuda.txt", True), ("requirements/base.txt", True),
+    ("requirements/optional.txt", True), ("requirements-dev.txt", False),
+    ("requirements_test.txt", False), ("requirements.docs.txt", False),
+    ("requirements/ci.txt", False), ("requirements/lint.txt", False),
+    ("requirements/requirements-testing.txt", False), ("requirements-Dev.txt", False),
+    ("requirements-typing.txt", False), ("requirements-benchmark.txt", False),
+])
+def test_a_requirement_file_is_the_runtime_s_unless_its_name_says_otherwise(
+        name: str, runtime: bool) -> None:
+    assert is_runtime(Path(name)) is runtime
+
+
+def test_runtime_requirements_leave_out_development_files(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("numpy>=1.24\nhuggingface_hub\n")
+    (tmp_path / "requirements-dev.txt").write_text("pytest\n")
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "docs.txt").write_text("sphinx\n")
+    (tmp_path / "requirements" / "base.txt").write_text("einops\n")
+    assert [(r.name, r.source) for r in runtime_requirements(tmp_path)] == [
+        ("numpy", "requirements.txt"), ("huggingface-hub", "requirements.txt"),
+        ("einops", "requirements/base.txt")]

@@ -72,7 +72,7 @@ def test_packages_part_lists_versions_and_missing_packages(tmp_path: Path) -> No
         "pytest", "no_such_package_xyz")), "a")
     from importlib.metadata import version
 
-    assert parts["packages"] == f"no_such_package_xyz <not installed>; pytest {version('pytest')}"
+    assert parts["packages"] == f"no-such-package-xyz <not installed>; pytest {version('pytest')}"
     assert environment_parts(settings(tmp_path), "a")["packages"] == "none"
 
 
@@ -272,3 +272,59 @@ def test_a_project_file_of_another_project_is_not_the_subject_s(tmp_path: Path) 
     assert package_lines(settings(tmp_path))[1:3] == [
         "  none", f"  the subject's dependencies: none read: zoo is not installed, and "
                   f"{tmp_path.name}'s pyproject.toml/setup.cfg names the project 'tooling'"]
+
+
+def test_a_runtime_requirement_file_adds_to_the_key_and_a_development_one_does_not(
+        tmp_path: Path) -> None:
+    """timm's layout: pyproject.toml names the subject, numpy is only in requirements.txt."""
+    from regression.fingerprint import key_packages, package_lines
+
+    (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT)
+    (tmp_path / "requirements.txt").write_text("Pytest\nnumpy>=1.20\n")
+    (tmp_path / "requirements-dev.txt").write_text("tabulate\n")
+    chosen = settings(tmp_path)
+    assert [(p.name, p.why) for p in key_packages(chosen)] == [
+        ("not-installed-xyz", "declared by pyproject.toml"),
+        ("numpy", "declared by requirements.txt"),
+        ("pytest", "declared by pyproject.toml")]  # declared twice: named once, first place
+    assert "  the subject's dependencies: read from zoo's pyproject.toml/setup.cfg (it is not " \
+           "installed), requirements.txt" in package_lines(chosen)
+
+
+def test_requirement_files_count_when_the_project_files_are_another_project_s(
+        tmp_path: Path) -> None:
+    from regression.fingerprint import key_packages, package_lines
+
+    (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT.replace('"zoo"', '"tooling"'))
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    assert [(p.name, p.why) for p in key_packages(settings(tmp_path))] == [
+        ("numpy", "declared by requirements.txt")]
+    assert package_lines(settings(tmp_path))[2] == (
+        "  the subject's dependencies: read from requirements.txt (not from the project's "
+        f"files: zoo is not installed, and {tmp_path.name}'s pyproject.toml/setup.cfg names the "
+        "project 'tooling')")
+
+
+def test_a_package_has_one_spelling_wherever_it_was_named(tmp_path: Path) -> None:
+    from regression.fingerprint import key_packages
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "zoo"\ndependencies = ["huggingface-hub", "Py_YAML"]\n')
+    chosen = settings(tmp_path, fingerprint_packages=("huggingface_hub", "PY.yaml"))
+    assert [p.name for p in key_packages(chosen)] == ["huggingface-hub", "py-yaml"]
+    assert environment_parts(chosen, "a")["packages"].startswith("huggingface-hub ")
+
+
+def test_given_packages_are_the_key_s_and_the_project_s_files_are_not_read(
+        tmp_path: Path) -> None:
+    """What a recording does: the names come from its job, whatever the files say now."""
+    from regression.fingerprint import packages_in
+
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    parts = environment_parts(settings(tmp_path), "a")
+    assert packages_in(parts) == ["numpy"]
+    (tmp_path / "requirements.txt").write_text("pytest\n")  # unread when the names are given
+    assert environment_parts(settings(tmp_path), "a", packages_in(parts)) == parts
+    assert environment_parts(settings(tmp_path), "a") != parts
+    assert packages_in({"packages": "none"}) == [] and packages_in({}) == []
+    assert packages_in({"packages": "a-b 1.0; c <not installed>"}) == ["a-b", "c"]

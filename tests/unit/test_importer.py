@@ -326,7 +326,58 @@ def test_one_message_names_stray_modules_and_then_the_other_files() -> None:
     assert "  inner (subj/inner.py)\n" in message
     assert "  subj/d.json (read)\n" in message
     assert "subj/inner.py (run" not in message  # named once, as a module
+    assert message.count("Nothing was stored.") == 1 and message.endswith("Nothing was stored.")
     require_own_files({}, {})  # nothing to say: no error
+
+
+def _refusal(stray: dict[str, str], refused: dict[str, str]) -> list[str]:
+    """The lines that say what to do, of the refusal of these modules and files."""
+    with pytest.raises(StrayImportError) as info:
+        require_own_files(stray, refused)
+    return [line for line in str(info.value).splitlines() if line.startswith("Fix: ")]
+
+
+@pytest.mark.parametrize(("refused", "fix"), [
+    ({"assets/inputs.json": "read"},
+     "Fix: a data file the tests read, outside the test folders: list it in config.yaml's "
+     "`harness`"),
+    ({"requirements.txt": "read"}, "Fix: the project's metadata: to know the subject's own "
+                                   "(its version, its requirements), install the subject "
+                                   "(`pip install -e .`)"),
+    ({"requirements/base.txt": "read"}, "Fix: the project's metadata"),
+    ({"setup.py": "run"}, "Fix: the project's metadata"),
+    ({"subj/scale.json": "read; the subject's"},
+     "Fix: the subject's files, reached by a path into your working tree: import the subject "
+     "by its package name, and read its files relative to its module's __file__"),
+    ({"tools/make.py": "run"}, "Fix: code run by its path, outside the subject: import it by "
+                               "its package name, and add that package to config.yaml's "
+                               "`subject.packages`"),
+])
+def test_a_refused_file_is_told_the_fix_for_its_kind_alone(refused: dict[str, str],
+                                                           fix: str) -> None:
+    (line,) = _refusal({}, refused)
+    assert line.startswith(fix), line
+
+
+def test_a_module_beside_the_subject_is_told_to_join_the_subject_packages() -> None:
+    (line,) = _refusal({"helpers": "helpers.py", "tools.gen": "tools/gen.py"},
+                       {"helpers.py": "run", "tools/gen.py": "run"})
+    assert line.startswith("Fix: a module beside the subject is code under test: add helpers, "
+                           "tools to config.yaml's `subject.packages`"), line
+
+
+def test_a_subject_module_on_sys_path_is_told_to_be_imported_by_its_package_name() -> None:
+    (line,) = _refusal({"inner": "subj/inner.py"}, {"subj/inner.py": "run; the subject's"})
+    assert line == ("Fix: the subject's own modules (subj/inner.py), imported from a folder "
+                    "put on sys.path: import them by their package name.")
+
+
+def test_each_kind_of_file_is_told_its_fix_once() -> None:
+    lines = _refusal({"helpers": "helpers.py"},
+                     {"a.json": "read", "b.json": "read", "requirements.txt": "read"})
+    assert [line.split(":")[1] for line in lines] == [
+        " a module beside the subject is code under test", " the project's metadata",
+        " a data file the tests read, outside the test folders"]
 
 
 def test_a_test_module_imported_by_a_statement_is_a_helper(watched: TreeWatch,

@@ -82,3 +82,24 @@ def test_a_project_path_outside_the_path_field_is_no_mapping(watched: TreeWatch,
 def test_no_maps_to_read_is_no_error(watched: TreeWatch, tmp_path: Path) -> None:
     watched.saw_mappings(tmp_path / "absent")
     assert watched.seen == {}
+
+
+def test_the_tool_s_own_reads_are_not_the_user_s(watched: TreeWatch) -> None:
+    """A read inside own_reads() is not noted; the same read outside it is, and so is one
+    another thread makes meanwhile."""
+    import threading
+
+    from regression.plugin.tree_watch import own_reads
+
+    data = watched.project / "requirements.txt"
+    data.write_text("numpy\n")
+    other = watched.project / "other.txt"
+    other.write_text("x\n")
+    with own_reads():
+        data.read_text()
+        reader = threading.Thread(target=other.read_text)
+        reader.start()
+        reader.join()
+    assert watched.sorted_out([])[0] == {"other.txt": "read"}
+    data.read_text()
+    assert watched.sorted_out([])[0] == {"other.txt": "read", "requirements.txt": "read"}
