@@ -1,17 +1,18 @@
 """What the check run and the recording beside it share while both run: each process notes
-the files and ports it reads and writes outside its own folders (an audit hook, PEP 578), and
-whatever one wrote that the other read or wrote is shared. A case that may have taken the
-other run's value is never stored as the reference, nor passed (run/underway.py).
+the files and ports it reads and writes outside its own folders (an audit hook, PEP 578).
+What one read that the other wrote, or a file both read that changed while they ran, is
+shared: a case that may have taken the other run's value is never stored as the reference,
+nor passed (run/underway.py, plugin/alongside.py).
 
-Noted: every file opened, by any Python call (builtin open, pathlib, `os.open`, `torch.save`
-and `torch.load`, numpy's savers and loaders), its real path, as read or written by its
-flags; a port bound (written) or connected to (read); a Unix socket's path likewise. A file
-that native code writes (`torch.save`, numpy's `tofile`) raises no event, but reading it
-back does: a file both runs read that changed while they ran is shared too. Not
-noted: the tool's own folders (the cache, its scratch and worktree folders), the Python
-installation, /proc, /sys, /dev (but /dev/shm), and caches whose files are named by their
-content (compiled bytecode, torch.compile's and Triton's kernels). Native code that opens files itself raises no event: such a file is not
-seen unless Python reads it (docs/limits.md).
+Noted: every file Python opens (builtin open, pathlib, `os.open`, `torch.load`, numpy's
+loaders and savers), by its real path, as read or written by its flags (a file that is not
+there reads nothing); a port bound (written) or connected to (read); a Unix socket's path
+likewise. Native code that writes a file (`torch.save`, numpy's `tofile`) raises no event,
+but reading the file back does, hence the rule for files both read. Not noted: the tool's
+own folders (the cache, its scratch and worktree folders), the Python installation and
+installed packages, /proc, /sys, /dev (but /dev/shm), and caches whose files are named by
+their content (compiled bytecode, torch.compile's and Triton's kernels). A file that native
+code both writes and reads is not seen (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class Touches:
             return
         access = flags & os.O_ACCMODE if isinstance(flags, int) else os.O_RDONLY
         truncates = isinstance(flags, int) and bool(flags & (os.O_TRUNC | os.O_EXCL))
-        if access != os.O_WRONLY and not truncates:
-            self.read.add(real)
+        if access != os.O_WRONLY and not truncates and os.path.exists(real):
+            self.read.add(real)  # one that is not there reads nothing (a probe that fails)
         if access != os.O_RDONLY:
             self.wrote.add(real)
 
@@ -96,9 +97,14 @@ _CONTENT_ADDRESSED = (f"{os.sep}__pycache__{os.sep}", f"{os.sep}torchinductor_",
 Triton's kernels): two runs that share one share no value a case depends on."""
 
 
+_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+"""Installed packages, of this interpreter or another's reached through a .pth file."""
+
+
 def _ignored(real: str) -> bool:
-    """System files, and caches named by their content."""
-    if real.startswith(_SYSTEM) and not real.startswith(_SHARED_MEMORY):
+    """System files, installed packages, and caches named by their content."""
+    if real.startswith(_SYSTEM) and not real.startswith(_SHARED_MEMORY) or \
+            any(i in real for i in _INSTALLED):
         return True
     return real.endswith((".pyc", ".pyo")) or any(c in real for c in _CONTENT_ADDRESSED)
 

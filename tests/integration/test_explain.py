@@ -54,8 +54,9 @@ def test_bisect_then_explain_name_the_commit_and_the_attention_of_the_first_bloc
     assert done.returncode == 0, text
     assert ("first module whose inputs are bit-identical and outputs differ: "
             "model.blocks.0.attn (Attention), call 1") in text
-    assert "same    DIFF         model.blocks.0.attn (Attention), call 1  <- here" in text
-    assert "same    same           model.blocks.0.attn.qkv (Linear), call 1" in text
+    assert "same    DIFF           model.blocks.0.attn (Attention), call 1  <- here" in text
+    assert "same    same             model.blocks.0.attn.qkv (Linear), call 1" in text
+    assert "same    DIFF     model (ViT), call 1" in text  # the calls it was made inside
     assert ("parameters and buffers of the outermost module (model): all 32 bit-identical, as "
             "first called") in text
     assert "outputs: 'forward': float32[2, 10]: 20 of 20 elements differ" in text

@@ -175,6 +175,32 @@ def test_a_recording_refused_at_its_end_makes_every_case_it_handed_over_an_error
     assert not list(repo.cache.rglob("*.safetensors")), "a refused recording stored tensors"
 
 
+def test_pytest_and_junit_say_error_where_the_recording_refused_what_the_case_read(
+        tmp_path: Path) -> None:
+    """A test reads a data file outside the test folders, not listed in `harness`: the
+    recording refuses once it ends, after the check run checked the case against what it
+    handed over. pytest's own count and the JUnit file say error for that case, as the tool
+    does; the plain test beside it passed, and says so."""
+    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("assets/scale.json", '{"scale": 1.0}\n')
+    repo.write("tests/test_subj.py", "import json\nfrom pathlib import Path\n" + TESTS.replace(
+        "    regression.check(subj.forward(regression.randn(2, 4)), name=\"out\")",
+        "    root = Path(__file__).resolve().parents[1]  # the working tree's, by its path\n"
+        "    scale = json.load(open(root / \"assets\" / \"scale.json\"))[\"scale\"]\n"
+        "    regression.check(subj.forward(regression.randn(2, 4)) * scale, name=\"out\")"))
+    repo.commit("a data file outside the test folders")
+    junit = tmp_path / "junit.xml"
+    done = repo.invoke("test", "--reference", "HEAD", "--junitxml", str(junit))
+    text = output(done)
+    assert done.returncode == 2, text
+    assert "assets/scale.json (read)" in text and "`harness`" in text, text
+    assert re.search(r"\n=+ 1 passed, 1 error in ", done.stdout), text  # test_plain passed
+    xml = junit.read_text()
+    forward = xml[xml.index('name="test_forward"'):]
+    assert "<error" in forward.split("</testcase>")[0], xml
+    assert 'errors="1"' in xml and 'failures="0"' in xml, xml
+
+
 def test_a_recording_started_early_and_not_needed_ends_and_leaves_nothing(
         tmp_path: Path) -> None:
     """A cold run whose tests hold no regression case: the recording it started before

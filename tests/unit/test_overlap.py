@@ -48,6 +48,11 @@ def test_a_file_both_read_is_taken_only_if_it_changed_while_both_ran(tmp_path: P
 
 def test_opens_are_noted_as_read_or_written_by_their_flags(tmp_path: Path) -> None:
     touches = Touches([tmp_path / "own"])
+    for name in ("r", "rw", "trunc"):
+        (tmp_path / name).write_text("there")
+    touches.saw_open(str(tmp_path / "missing"), os.O_RDONLY)  # a probe that fails reads nothing
+    touches.saw_open("/other/venv/lib/python3.11/site-packages/x.dist-info/entry_points.txt",
+                     os.O_RDONLY)  # another interpreter's packages, through a .pth file
     for name, flags in [("r", os.O_RDONLY), ("w", os.O_WRONLY | os.O_CREAT),
                         ("rw", os.O_RDWR), ("trunc", os.O_RDWR | os.O_TRUNC),
                         ("own/x", os.O_RDWR)]:
