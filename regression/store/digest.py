@@ -87,25 +87,67 @@ def digest_tensor(tensor: torch.Tensor) -> TensorDigest:
         view = torch.view_as_real(resolved(tensor.detach()))
         return digest_tensor(view).of_complex(complex_name(tensor.dtype))
 
-    values = _pieces(tensor)
-    count, total, squares = 0, 0.0, 0.0
-    low, high, nan, inf = math.inf, -math.inf, 0, 0
-    for piece in values:
-        wide = piece.to(torch.float64)
-        finite = wide[wide.isfinite()]
-        nan += int(wide.isnan().sum())
-        inf += int(wide.isinf().sum())
-        if finite.numel():
-            count += finite.numel()
-            total += float(finite.sum())
-            squares += float((finite * finite).sum())
-            low, high = min(low, float(finite.min())), max(high, float(finite.max()))
+    count, mean, m2, low, high, nan, inf = 0, 0.0, 0.0, math.inf, -math.inf, 0, 0
+    for piece in _pieces(tensor):
+        part, part_nan, part_inf = _finite(piece)
+        nan, inf = nan + part_nan, inf + part_inf
+        if part.numel():
+            n, part_mean, part_m2, part_low, part_high = _moments(part)
+            delta = part_mean - mean  # Chan et al.: two pieces' moments as one
+            mean += delta * n / (count + n)
+            m2 += part_m2 + delta * delta * count * n / (count + n)
+            count += n
+            low, high = min(low, part_low), max(high, part_high)
     stats: tuple[float | None, ...] = (None, None, None, None)
     if count:
-        mean = total / count
-        stats = (low, high, mean, math.sqrt(max(squares / count - mean * mean, 0.0)))
+        stats = (low, high, mean, math.sqrt(max(m2 / count, 0.0)))
     return TensorDigest(dtype_name(tensor.dtype), tuple(tensor.shape), tensor_xxh3(tensor),
                         stats, (nan, inf))
+
+
+def _finite(piece: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """The piece's finite values, and how many are NaN and infinite: no copy where all are
+    finite (the usual case, told by a finite sum: a NaN or an infinity makes the sum one)."""
+    import torch
+
+    if not piece.is_floating_point() or math.isfinite(float(piece.sum(dtype=_wide(piece)))):
+        return piece, 0, 0
+    finite = torch.isfinite(piece)
+    nan = int(piece.isnan().sum())
+    return piece[finite], nan, int((~finite).sum()) - nan
+
+
+def _wide(values: torch.Tensor) -> torch.dtype:
+    """The dtype a float piece is summed in: its own, float32 for half precision."""
+    import torch
+
+    return torch.float32 if values.element_size() < 4 else values.dtype
+
+
+def _moments(values: torch.Tensor) -> tuple[int, float, float, float, float]:
+    """Count, mean, sum of squared deviations, min and max of a 1-D piece of finite values,
+    in about the time of its hash: a sum, a min-max and a dot product, in the piece's own
+    precision (float32 for half precision, float64 for integers and where the squares
+    overflow). Where the mean is large beside the spread (a norm's weights near 1), the
+    deviations are measured from the mean instead, lest the squares cancel."""
+    import torch
+
+    if not values.is_floating_point():
+        values = values.to(torch.float64)  # integers and booleans: exact as float64
+    elif values.dtype != _wide(values):
+        values = values.to(_wide(values))
+    n = values.numel()
+    low, high = torch.aminmax(values)
+    mean = float(values.sum()) / n
+    squares = float(torch.dot(values, values))
+    if not math.isfinite(squares) and values.dtype != torch.float64:
+        values = values.to(torch.float64)  # finite values whose squares overflow
+        mean, squares = float(values.sum()) / n, float(torch.dot(values, values))
+    m2 = squares - n * mean * mean
+    if m2 < 1e-3 * squares:
+        centered = values - mean
+        m2 = float(torch.dot(centered, centered))
+    return n, mean, max(m2, 0.0), float(low), float(high)
 
 
 def tensor_xxh3(tensor: torch.Tensor) -> str:

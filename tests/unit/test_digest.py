@@ -62,6 +62,25 @@ def test_a_digest_summarises_the_values_it_does_not_keep() -> None:
     assert digest_tensor(torch.tensor([float("nan")])).summary().startswith("min -, max -")
 
 
+@pytest.mark.parametrize("values", [
+    torch.randn(3 * LARGE + 5, generator=torch.Generator().manual_seed(0)),  # several pieces
+    1 + torch.randn(5000, generator=torch.Generator().manual_seed(1)) * 1e-3,  # a norm's weight
+    torch.ones(768),
+    torch.randn(999, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16),
+    torch.arange(-50, 1000, dtype=torch.int64),
+    torch.tensor([3.0e38, 3.0e38, -1.0]),  # a sum that overflows, every value finite
+], ids=["pieces", "near-one", "ones", "bfloat16", "int64", "huge"])
+def test_a_digests_summary_matches_the_values_to_six_digits(values: torch.Tensor) -> None:
+    """Summed in the values' own precision, not a float64 copy: still right to the digits
+    the summary shows (a spread small beside the mean is measured from the mean)."""
+    wide = values.to(torch.float64)
+    digest = digest_tensor(values)
+    assert digest.stats[:2] == (float(wide.min()), float(wide.max()))
+    assert digest.stats[2] == pytest.approx(float(wide.mean()), rel=1e-6, abs=1e-6)
+    assert digest.stats[3] == pytest.approx(float(wide.std(correction=0)), rel=1e-5, abs=1e-9)
+    assert digest.counts == (0, 0)
+
+
 def test_two_digests_compare_by_their_bytes() -> None:
     assert compare(digest_tensor(large()), digest_tensor(large())) == []
     other = large()
