@@ -81,9 +81,9 @@ class Verdict:
 
 def changes_nothing(when: str, report: str) -> bool:
     """Whether every phase reported so is kept as it is, with no outcome, whatever else is
-    known of the case (verdict() says so too): a setup or teardown that passed. Most
-    phases are such; the judge skips gathering their facts."""
-    return when != "call" and report == "passed"
+    known of the case (verdict() says so too): a setup or teardown that passed, a teardown
+    that skipped. Most phases are such; the judge skips gathering their facts."""
+    return when != "call" and (report == "passed" or (when, report) == ("teardown", "skipped"))
 
 
 def verdict(case: Case) -> Verdict:
