@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 import torch
 
 from regression.errors import StoreError
 from regression.store.files import read_checked, temporary_file
 from regression.fingerprint import content_hasher
-from regression.nodes import COMPLEX_PARTS, MAX_DEPTH, deep_label, float_from_bits
-from regression.nodes import float_bits as float_bits  # compare.py and tests read them from here
-from regression.nodes import path_label as path_label
+from regression.nodes import COMPLEX_PARTS, MAX_DEPTH, deep_label, float_bits, float_from_bits, \
+    path_label
 from regression.store.digest import TensorDigest, digest_tensor
+from regression.store.tensorbytes import DTYPES, NAMES, byte_blocks, complex_name, dtype_name, \
+    resolved
 from regression.store.tensorfile import LENGTH_BYTES, Slot, build_header, header_length, parse_header
 
 Node = dict[str, Any]
@@ -91,11 +91,6 @@ def digest_node(digest: TensorDigest) -> Node:
     return {"complex": {"dtype": digest.dtype, "view": node}} if digest.is_complex else node
 
 
-def complex_name(dtype: torch.dtype) -> str:
-    """torch's name of a complex dtype, as a complex node holds it: complex64."""
-    return str(dtype).removeprefix("torch.")
-
-
 def complex_view(view: torch.Tensor, dtype: str) -> torch.Tensor:
     """The complex tensor of torch dtype `dtype` whose real view was stored as `view`;
     StoreError when `view` cannot be one (another dtype, no last dim of 2)."""
@@ -107,13 +102,6 @@ def complex_view(view: torch.Tensor, dtype: str) -> torch.Tensor:
             view.storage_offset() % 2 or view.data_ptr() % (2 * view.element_size()):
         view = view.clone(memory_format=torch.contiguous_format)  # e.g. a file's, misaligned
     return torch.view_as_complex(view)
-
-
-def resolved(tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` without a lazy negative or conjugate bit (`z.conj().imag`): its values as
-    they read, which are what is stored and compared bit for bit; its memory holds others,
-    and a bit-level view of it is refused. A copy only where a bit is set."""
-    return tensor.resolve_conj().resolve_neg()
 
 
 def _tensor_problem(tensor: torch.Tensor, at: str) -> str:
@@ -203,27 +191,6 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
     raise StoreError(f"unknown node kind {kind!r}")
 
 
-_TORCH_NAMES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-    "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32",
-    "U16": "uint16", "U8": "uint8", "BOOL": "bool", "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E4M3FNUZ": "float8_e4m3fnuz",
-    "F8_E5M2FNUZ": "float8_e5m2fnuz",
-}
-DTYPES = {name: getattr(torch, t) for name, t in _TORCH_NAMES.items() if hasattr(torch, t)}
-_NAMES = {dtype: name for name, dtype in DTYPES.items()}
-_BLOCK = 64 << 20  # bytes handed to one write() call
-
-
-def dtype_name(dtype: torch.dtype, at: str = "") -> str:
-    """The safetensors name of a dtype; StoreError for one it has no name for."""
-    if dtype not in _NAMES:
-        where = f" at {at}" if at else ""
-        raise StoreError(f"cannot store the {dtype} tensor{where}: safetensors has no name "
-                         "for its dtype; convert it first (e.g. .to(torch.float32))")
-    return _NAMES[dtype]
-
-
 def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> tuple[str, str]:
     """Write tensors atomically as `<stem>.<hash>.safetensors`; returns (file name, hash).
 
@@ -244,7 +211,7 @@ def save_tensors(folder: Path, stem: str, tensors: dict[str, torch.Tensor]) -> t
 
 def unwritable(name: str, tensor: torch.Tensor) -> str:
     """Why `tensor` cannot be written as it is; "" when it can."""
-    if tensor.dtype not in _NAMES:
+    if tensor.dtype not in NAMES:
         return f"{name!r} is {tensor.dtype}, which safetensors has no name for"
     if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_meta:
         return f"{name!r} is not a dense tensor with data"
@@ -272,7 +239,7 @@ def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
 
 def _write(stream: _Writer, tensors: dict[str, torch.Tensor]) -> str:
     """Write the file's bytes to `stream`; returns their content hash."""
-    header, slots = build_header([(n, _NAMES[t.dtype], tuple(t.shape))
+    header, slots = build_header([(n, NAMES[t.dtype], tuple(t.shape))
                                   for n, t in tensors.items()])
     hasher = content_hasher()
     hasher.update(header)
@@ -283,15 +250,6 @@ def _write(stream: _Writer, tensors: dict[str, torch.Tensor]) -> str:
             hasher.update(block)
             stream.write(block)
     return hasher.hexdigest()
-
-
-def byte_blocks(tensor: torch.Tensor) -> Iterator[memoryview]:
-    """A contiguous CPU tensor's bytes, without copying them, in blocks of at most _BLOCK."""
-    size = tensor.numel() * tensor.element_size()
-    if size:
-        memory = memoryview((ctypes.c_char * size).from_address(tensor.data_ptr())).cast("B")
-        for start in range(0, size, _BLOCK):
-            yield memory[start:start + _BLOCK]
 
 
 def tensors_from_file(path: Path, expected_digest: str) -> dict[str, torch.Tensor]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from regression.nodes import COMPLEX_PARTS, float_bits, float_from_bits
+from regression.store.tensorbytes import byte_blocks, complex_name, dtype_name, resolved
 
 if TYPE_CHECKING:
     import torch
@@ -80,8 +81,6 @@ def digest_tensor(tensor: torch.Tensor) -> TensorDigest:
     """The digest of a tensor, and its statistics; memory stays a chunk, not a copy. A
     complex tensor's is its real view's, under its complex dtype and shape."""
     import torch
-
-    from regression.store.codec import complex_name, dtype_name, resolved
 
     if tensor.is_complex():
         view = torch.view_as_real(resolved(tensor.detach()))
@@ -153,7 +152,6 @@ def _moments(values: torch.Tensor) -> tuple[int, float, float, float, float]:
 def tensor_xxh3(tensor: torch.Tensor) -> str:
     """xxh3-128 of a tensor's bytes in row-major order, whatever its strides or device."""
     from regression.fingerprint import content_hasher
-    from regression.store.codec import byte_blocks
 
     hasher = content_hasher()
     for piece in _pieces(tensor):
@@ -167,7 +165,6 @@ def _pieces(tensor: torch.Tensor) -> Any:
     complex tensor's real view: the same bytes)."""
     import torch
 
-    from regression.store.codec import resolved
     from regression.tensordiff import CHUNK, pieces
 
     tensor = resolved(tensor.detach())

@@ -77,3 +77,58 @@ def test_store_and_the_cores_stand_on_no_pytest_plugin_diagnosis_or_command_line
                                   and n not in ("regression.tasks", "regression.__main__")])
 def test_only_the_entry_points_import_the_command_line(name: str) -> None:
     assert not {i for i in _imports(MODULES[name]) if i.startswith("regression.cli")}
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, lazily or under TYPE_CHECKING too."""
+    return {name: {i for i in _imports(path) if i in MODULES and i != name}
+            for name, path in MODULES.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected groups of two or more (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+KNOWN_CIRCLES = ("regression.plugin", "regression.cli")
+"""Where circles are left to the House II redesign (one state object per run, one plugin
+per concern handed in from above): the plugins of a mode, and the task modules."""
+
+
+def test_no_import_circle_outside_the_plugins_and_the_tasks() -> None:
+    """Lazy imports count: a circle is a circle whenever its modules load."""
+    circles = [c for c in _circles(_graph())
+               if not all(m.startswith(KNOWN_CIRCLES) for m in c)]
+    assert circles == []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []

@@ -12,11 +12,10 @@ from crafted_files import CRAFTED, craft, entry
 from regression.compare import compare
 from regression.errors import StoreError
 from regression.fingerprint import digest
-from regression.nodes import MAX_DEPTH, tensor_names
+from regression.nodes import MAX_DEPTH, path_label, tensor_names
 from regression.store.codec import (
     Encoder,
     decode,
-    path_label,
     tensors_from_file,
     save_tensors,
 )
