@@ -431,7 +431,7 @@ def test_a_run_cut_short_records_no_doubtful_case_alone_and_stores_nothing_for_i
     assert "recording 1 of 2 cases" in again.stdout, output(again)  # nothing was stored
 
 
-SHARED_FILE_CASES = """\
+SHARED_CASES_HEAD = """\
 import fcntl
 import os
 import socket
@@ -442,22 +442,19 @@ import torch
 import subj
 
 SHARED = os.environ["SHARED_FILE"]  # outside the repository, the same for both runs
+"""
 
-
-@pytest.mark.parametrize("index", range(8))
+SHARED_CASES = {
+    "file": """
+@pytest.mark.parametrize("index", range(4))
 def test_saved_and_loaded(regression, index):
     torch.save(subj.forward(regression.randn(2, 4) + index), SHARED)
     regression.check(torch.load(SHARED))
-
-
-def test_under_a_lock_file(regression):
-    with open(SHARED + ".lock", "a") as lock:  # as filelock and many suites do
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        regression.check(subj.forward(regression.randn(2, 4)))
-
-
-def test_served_on_a_fixed_port(regression):
-    value = subj.forward(regression.randn(2, 4))
+""",
+    "port": """
+@pytest.mark.parametrize("index", range(4))
+def test_served_on_a_fixed_port(regression, index):
+    value = subj.forward(regression.randn(2, 4) + index)
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # both runs can bind it
     server.bind(("127.0.0.1", int(os.environ["SUITE_PORT"])))
@@ -478,20 +475,30 @@ def test_served_on_a_fixed_port(regression):
     thread.join(timeout=5)
     server.close()
     regression.check(torch.frombuffer(bytearray(data), dtype=torch.float32))
-"""
+""",
+    "lock": """
+@pytest.mark.parametrize("index", range(4))
+def test_under_a_lock_file(regression, index):
+    with open(SHARED + ".lock", "a") as lock:  # as filelock and many suites do
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        regression.check(subj.forward(regression.randn(2, 4) + index))
+""",
+}
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["file", "port", "lock"])
 def test_a_case_that_shares_a_file_or_port_with_the_check_run_is_never_stored_from_it(
-        tmp_path: Path) -> None:
-    """Every case saves the subject's output to one file outside the repository and loads
-    it back, or serves it on a fixed port: beside the check run, the recording could read
-    the check run's value. With the subject changed, no case passes cold; the references
-    stored are the reference's own (recorded again alone), so the warm runs call every
-    case changed; a subject left alone is identical warm."""
+        tmp_path: Path, kind: str) -> None:
+    """Each case saves the subject's output to one file outside the repository and loads it
+    back, or serves it on a fixed port: beside the check run, the recording could read the
+    check run's value. With the subject changed, no case passes cold; the references stored
+    are the reference's own (recorded again alone), so the warm runs call every case
+    changed; a subject left alone is identical warm. A lock file both runs take carries no
+    value: its cases are judged at once."""
     repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
-    repo.write("tests/test_subj.py", SHARED_FILE_CASES)
-    repo.commit("tests that share a file")
+    repo.write("tests/test_subj.py", SHARED_CASES_HEAD + SHARED_CASES[kind])
+    repo.commit("tests that share a file, a port or a lock")
     repo.git("tag", "-f", "-a", "v1", "-m", "the reference")
     env = {"SHARED_FILE": str(tmp_path / "shared.pt"), "SUITE_PORT": str(_free_port())}
     repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
@@ -499,14 +506,19 @@ def test_a_case_that_shares_a_file_or_port_with_the_check_run_is_never_stored_fr
     text = output(cold)
     assert cold.returncode != 0, text
     assert "each checked as soon as it is stored" in text, text
-    assert "10 cases: 0 identical" in text, text
-    assert "this recording and the check run beside it used" in text, text
-    assert re.search(r"10 errors? in", text), text  # pytest's own line agrees
+    if kind == "lock":
+        assert "4 cases: 0 identical, 4 changed" in text, text
+        assert re.search(r"\n=+ 4 failed in ", cold.stdout), text
+        return
+    assert "4 cases: 0 identical, 0 changed, 0 not in reference, 4 errors" in text, text
+    shared = str(tmp_path / "shared.pt") if kind == "file" else f"port {env['SUITE_PORT']}"
+    assert f"this recording and the check run beside it used {shared}" in text, text
+    assert re.search(r"\n=+ 4 errors in ", cold.stdout), text  # pytest's own line agrees
     for _ in range(2):
         warm = repo.invoke("test", env=env)
         assert warm.returncode == 1, output(warm)
-        assert "10 cases: 0 identical, 10 changed" in output(warm), output(warm)
+        assert "4 cases: 0 identical, 4 changed" in output(warm), output(warm)
     repo.git("checkout", "--", "subj/__init__.py")
     same = repo.invoke("test", env=env)
     assert same.returncode == 0, output(same)
-    assert "10 cases: 10 identical" in output(same), output(same)
+    assert "4 cases: 4 identical" in output(same), output(same)
