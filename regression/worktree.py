@@ -174,15 +174,31 @@ def lay_working_harness(project: Path, root: Path, tests: Iterable[str],
     entry, the subject's own folders left the reference's; one inside the subject is left
     as it is. Nothing of the user's tree is changed: the links point into it."""
     root, subject = root.resolve(), [p.resolve() for p in subject]
-    for name in tests:
-        _lay(project / name, root / name, root, subject)
+    laying = _Laying(project.resolve(), root, subject)
+    for name in sorted(tests, key=lambda n: len(Path(n).parts)):  # a folder before its own
+        laying.lay(project / name, root / name)
     for path in files:
         path = path.resolve()
         if path.is_relative_to(root) and not any(path.is_relative_to(s) for s in subject):
-            _lay(project / path.relative_to(root), path, root, subject)
+            laying.lay(project / path.relative_to(root), path)
 
 
-def _lay(there: Path, here: Path, root: Path, subject: list[Path]) -> None:
+class _Laying:
+    """Links laid in one worktree: never through a link laid before (which is the user's
+    tree), never outside the worktree's project folder."""
+
+    def __init__(self, project: Path, root: Path, subject: list[Path]) -> None:
+        self.project, self.root, self.subject = project, root, subject
+
+    def lay(self, there: Path, here: Path) -> None:
+        """`there` (in the worktree) shows what `here` (in the working tree) holds."""
+        if there.resolve() != self.project and \
+                not there.parent.resolve().is_relative_to(self.project):
+            return  # under a link laid already: it shows the working tree's file as it is
+        _lay(there, here, self.root, self.subject, self)
+
+
+def _lay(there: Path, here: Path, root: Path, subject: list[Path], laying: _Laying) -> None:
     """Make `there` (in the worktree) show what `here` (in the working tree) holds."""
     real = here.resolve() if here.exists() else here
     if not real.is_relative_to(root) or real == root / ".git" or \
@@ -195,7 +211,7 @@ def _lay(there: Path, here: Path, root: Path, subject: list[Path]) -> None:
         names = {p.name for p in real.iterdir()} | \
             ({p.name for p in there.iterdir()} if there.is_dir() else set())
         for name in sorted(names - {".git"}):
-            _lay(there / name, real / name, root, subject)
+            laying.lay(there / name, real / name)
         return
     _remove(there)
     if here.exists():

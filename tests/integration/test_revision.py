@@ -300,3 +300,29 @@ def test_working_harness_is_laid_in_the_worktree(tmp_path: Path, tests: list[str
         assert (folder / ".git").is_file()  # git's own link to the worktree is kept
     assert repo.snapshot() == before
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("tests, harness", [
+    (["tests"], ["tests/data/in.json"]),  # a harness file under a test folder laid already
+    (["."], ["tests/data/in.json", "bench/inputs.txt"]),  # under the root, laid entry by entry
+    (["tests", "tests/data"], []),  # a test folder inside another
+    (["tests/data", "tests"], []),  # the same, the inner one named first
+    (["tests", "tests/data/in.json"], []),  # a file of a test folder named as one
+], ids=["harness-in-tests", "harness-under-root", "nested", "nested-inner-first", "file"])
+def test_laying_never_goes_through_a_link_it_laid(tmp_path: Path, tests: list[str],
+                                                   harness: list[str]) -> None:
+    """What lies under a link laid already is the working tree's as it is: removing or
+    laying it again would go through the link into the user's tree, and delete there."""
+    from regression.worktree import lay_working_harness
+
+    repo = _layouts(tmp_path)
+    repo.write("tests/data/notes.txt", "untracked, and the user's only copy\n")
+    before = repo.snapshot()
+    git = open_repo(repo.path)
+    with reference_worktree(git, resolve_revision(git, "HEAD")) as folder:
+        lay_working_harness(folder, repo.path, tests, [repo.path / h for h in harness],
+                            [repo.path / "flat", repo.path / "src" / "pkg"])
+        assert (folder / "tests" / "data" / "in.json").read_text() == "new\n"
+        assert (folder / "tests" / "data" / "notes.txt").is_file()
+        assert repo.snapshot() == before
+    assert repo.snapshot() == before
