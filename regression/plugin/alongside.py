@@ -36,8 +36,9 @@ class Alongside:
         """A recording started before collection, until the run's preparation takes it."""
         self.lines: list[str] = []
         """What the recording did, for the terminal summary."""
-        self.held: list[tuple[pytest.Item, list[pytest.TestReport]]] = []
-        """The cases that ran while the recording did, with their reports, not yet told."""
+        self.held: list[tuple[pytest.Item, list[pytest.TestReport], CaseOutcome | None]] = []
+        """The cases that ran while the recording did, with their reports, not yet told,
+        and their outcome as they ran."""
         self.failed_held = 0
         """How many of them failed: counted for -x and --maxfail as they ran."""
 
@@ -87,7 +88,7 @@ class Alongside:
 
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         reports = runtestprotocol(item, nextitem=nextitem, log=False)
-        self.held.append((item, reports))
+        self.held.append((item, reports, self.check.ledger.outcomes.get(item.nodeid)))
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         if any(r.failed for r in reports):  # -x and --maxfail stop the run as they would
             session = item.session
@@ -106,11 +107,10 @@ class Alongside:
             held[0][0].session.testsfailed -= self.failed_held  # counted again as told
             self.failed_held = 0
         outcomes = self.check.ledger.outcomes
-        for item, reports in held:
+        for item, reports, judged in held:
             outcome = outcomes.get(item.nodeid)
-            if outcome is not None and outcome.outcome == ERROR and not any(
-                    r.failed and r.when != "call" for r in reports):
-                reports = _as_error(reports, outcome.detail)
+            if outcome is not None and outcome.outcome == ERROR and outcome != judged:
+                reports = _as_error(reports, outcome.detail)  # an error only found later
             for report in reports:
                 item.ihook.pytest_runtest_logreport(report=report)
 
@@ -191,7 +191,7 @@ class Alongside:
         if not taken:
             return
         more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
-        for item, _ in self.held:
+        for item, _, _ in self.held:
             self.check.ledger.judge(CaseOutcome(item.nodeid, ERROR, (
                 f"this run used {', '.join(taken[:3])}{more} while the recording beside it "
                 "wrote it: its verdict may rest on the reference's values; run again to check "
@@ -239,7 +239,9 @@ def _alone(reason: str) -> str:
 
 
 def _as_error(reports: list[pytest.TestReport], reason: str) -> list[pytest.TestReport]:
-    """A case's reports as pytest's for a case whose setup failed with `reason`."""
+    """A case's reports as pytest's for a case whose setup failed with `reason`: what it
+    was judged as it ran no longer holds (its reference was not proven, or may have been
+    this run's own value), and the error is the tool's."""
     setup = next((r for r in reports if r.when == "setup"), None)
     if setup is None:
         return reports

@@ -224,6 +224,8 @@ class Recording:
         if role(session.config) == CONTROLLER:
             return  # pytest-xdist's controller runs no case: its workers import torch
         determinism.apply(self.settings.determinism)  # once here: the first call takes seconds
+        if self.touches is not None:
+            overlap.note_native_readers()  # torch is loaded now
         for package in self.settings.subject_packages:
             try:
                 importlib.import_module(package)

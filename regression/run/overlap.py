@@ -5,11 +5,13 @@ shared: a case that may have taken the other run's value is never stored as the 
 nor passed (run/underway.py, plugin/alongside.py).
 
 Noted: every file Python opens (builtin open, pathlib, `os.open`, `torch.load`, numpy's
-loaders and savers), by its real path, as read or written by its flags (a file that is not
-there reads nothing); a port bound (written) or connected to (read); a Unix socket's path
-likewise. Native code that writes a file (`torch.save`, numpy's `tofile`) raises no event,
-but reading the file back does, hence the rule for files both read. Not noted: the tool's
-own folders (the cache, its scratch and worktree folders), the Python installation and
+`fromfile` and `tofile`), and those that safetensors' loaders, `torch.from_file` and sqlite
+open, by its real path, as read or written by its flags (a file that is not there reads
+nothing); a port bound (written) or connected to (read); a Unix socket's path likewise.
+Native code that writes a file (`torch.save`, safetensors' `save_file`) raises no event, but
+reading the file back does, hence the rule for files both read; and native code that reads
+one (HDF5) likewise, hence the rule for files both wrote. Not noted: the tool's own folders
+and code (the cache, its scratch and worktree folders), the Python installation and
 installed packages, /proc, /sys, /dev (but /dev/shm), and caches whose files are named by
 their content (compiled bytecode, torch.compile's and Triton's kernels). A file that native
 code both writes and reads is not seen (docs/limits.md).
@@ -24,7 +26,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-READ, WROTE = "read", "wrote"
+READ, WROTE, REPLACED = "read", "wrote", "replaced"
+"""What a run touched: read, wrote, and (of what it wrote) replaced: wrote from the start,
+not appending."""
+THIS_PACKAGE = Path(__file__).resolve().parents[1]
+"""The tool's own code, which both runs read (it may be installed from a folder that
+changes meanwhile: an editable install being developed)."""
+_LOCKS = (".lock", ".lck")
 _SYSTEM = ("/proc/", "/sys/", "/dev/")
 _SHARED_MEMORY = "/dev/shm/"
 
@@ -52,9 +60,11 @@ class Touches:
     def __init__(self, own: Iterable[Path]) -> None:
         real = [os.path.realpath(p) for p in own]
         self.own_files = frozenset(real)
-        self.own = tuple(p + os.sep for p in real) + _installation()
+        self.own = tuple(p + os.sep for p in real) + _installation() + \
+            (str(THIS_PACKAGE) + os.sep,)
         self.read: set[str] = set()
         self.wrote: set[str] = set()
+        self.replaced: set[str] = set()
         self.on = True
         self._real: dict[str, str] = {}
 
@@ -75,6 +85,8 @@ class Touches:
             self.read.add(real)  # one that is not there reads nothing (a probe that fails)
         if access != os.O_RDONLY:
             self.wrote.add(real)
+            if not (isinstance(flags, int) and flags & os.O_APPEND):
+                self.replaced.add(real)
 
     def saw_socket(self, address: object, how: str) -> None:
         """A port bound (`WROTE`) or connected to (`READ`); a Unix socket by its path."""
@@ -88,7 +100,8 @@ class Touches:
             (self.wrote if how == WROTE else self.read).add(f"port {address[1]}")
 
     def data(self) -> dict[str, list[str]]:
-        return {READ: sorted(self.read), WROTE: sorted(self.wrote)}
+        return {READ: sorted(self.read), WROTE: sorted(self.wrote),
+                REPLACED: sorted(self.replaced)}
 
 
 _CONTENT_ADDRESSED = (f"{os.sep}__pycache__{os.sep}", f"{os.sep}torchinductor_",
@@ -112,15 +125,20 @@ def _ignored(real: str) -> bool:
 def taken_from(touched: Mapping[str, Iterable[str]], other: Mapping[str, Iterable[str]],
                since: float) -> list[str]:
     """What a run that `touched` files and ports may have taken from the `other` run, both
-    running since `since` (a time.time()): what it read that the other wrote, and the
-    files both read that changed since then (native code, `torch.save` among them, writes
-    a file unseen, but reading it back is seen). Two runs that only write one file (a log,
-    a lock) or bind one port share no value; nor do two that read one file nobody changed
-    (a data set, a hub's cache)."""
+    running since `since` (a time.time()):
+    - what it read that the other wrote;
+    - a file both read that changed since (native code writes unseen: `torch.save`);
+    - a file both wrote from its start that changed since (native code reads unseen:
+      safetensors' and HDF5's loaders); but not a lock file (`x.lock`), which holds none.
+    Two runs that append to one file (a log) or bind one port share no value; nor do two
+    that read one file nobody changed (a data set, a hub's cache)."""
     read = set(touched.get(READ, ()))
     flowed = read & set(other.get(WROTE, ()))
-    both_read = read & set(other.get(READ, ())) - flowed
-    return sorted(flowed | {p for p in both_read if _changed_since(p, since)})
+    both_read = read & set(other.get(READ, ()))
+    both_replaced = {p for p in set(touched.get(REPLACED, ())) & set(other.get(REPLACED, ()))
+                     if not p.endswith(_LOCKS)}
+    unseen = (both_read | both_replaced) - flowed
+    return sorted(flowed | {p for p in unseen if _changed_since(p, since)})
 
 
 def _changed_since(path: str, since: float) -> bool:
@@ -154,6 +172,42 @@ def watch(touches: Touches) -> None:
         sys.addaudithook(_audit)
         _HOOKED.append(True)
     _ACTIVE[:] = [touches]
+    note_native_readers()
+
+
+_WRAPPED: set[str] = set()
+
+
+def note_native_readers() -> None:
+    """Readers whose native code opens files itself, raising no audit event, raise one
+    first: safetensors' `safe_open` (its `load_file` calls it) and `torch.from_file`, where
+    loaded (call again once they are). The event reaches every hook: this watch's and the
+    recording's watch of the user's tree. Idempotent."""
+    safetensors = sys.modules.get("safetensors")
+    if safetensors is not None and "safe_open" not in _WRAPPED:
+        _wrap_reader(safetensors, "safe_open", "safetensors.")
+        _WRAPPED.add("safe_open")
+    torch = sys.modules.get("torch")
+    if torch is not None and "from_file" not in _WRAPPED and hasattr(torch, "from_file"):
+        _wrap_reader(torch, "from_file", "\0")  # no module re-exports it
+        _WRAPPED.add("from_file")
+
+
+def _wrap_reader(module: Any, name: str, prefix: str) -> None:
+    """`module.name` (and the same function in the modules under `prefix`) first raises an
+    "open" audit event for its first argument, as read."""
+    original = getattr(module, name)
+
+    def opened(filename: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(filename, (str, bytes, os.PathLike)):
+            sys.audit("open", filename, "r", os.O_RDONLY)
+        return original(filename, *args, **kwargs)
+
+    setattr(module, name, opened)
+    for each in list(sys.modules.values()):
+        if getattr(each, "__name__", "").startswith(prefix) and \
+                getattr(each, name, None) is original:
+            setattr(each, name, opened)
 
 
 def stop(touches: Touches) -> None:
@@ -171,6 +225,9 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             if not isinstance(args[0], int):  # a descriptor is open already
                 _ACTIVE[0].saw_open(args[0], args[2])
+        elif event == "sqlite3.connect":
+            if args and args[0] not in (":memory:", b":memory:", ""):
+                _ACTIVE[0].saw_open(args[0], os.O_RDWR)
         elif event == "socket.bind":
             _ACTIVE[0].saw_socket(args[1], WROTE)
         elif event == "socket.connect":

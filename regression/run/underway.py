@@ -194,6 +194,7 @@ class Underway:
         # a thread: the recording reads its cases once it has collected, and a pipe holds
         # only so much
         self.answers = pipe
+        overlap.note_native_readers()  # the tests have loaded torch and safetensors by now
         threading.Thread(target=send_cases, args=(pipe, cases, suite.entry.parts), daemon=True,
                          name="torch-regression cases").start()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from regression.run.overlap import READ, WROTE, Touches, stop, taken_from, watch
+from regression.run.overlap import READ, REPLACED, WROTE, Touches, stop, taken_from, watch
 
 
 def test_a_file_read_by_one_that_the_other_wrote_is_taken() -> None:
@@ -54,6 +54,7 @@ def test_opens_are_noted_as_read_or_written_by_their_flags(tmp_path: Path) -> No
     touches.saw_open("/other/venv/lib/python3.11/site-packages/x.dist-info/entry_points.txt",
                      os.O_RDONLY)  # another interpreter's packages, through a .pth file
     for name, flags in [("r", os.O_RDONLY), ("w", os.O_WRONLY | os.O_CREAT),
+                        ("log", os.O_WRONLY | os.O_CREAT | os.O_APPEND),
                         ("rw", os.O_RDWR), ("trunc", os.O_RDWR | os.O_TRUNC),
                         ("own/x", os.O_RDWR)]:
         touches.saw_open(str(tmp_path / name), flags)
@@ -62,7 +63,9 @@ def test_opens_are_noted_as_read_or_written_by_their_flags(tmp_path: Path) -> No
     touches.saw_open("/tmp/torchinductor_root/k.py", os.O_RDWR)
     real = os.path.realpath(tmp_path)
     assert touches.data() == {READ: [f"{real}/r", f"{real}/rw"],
-                              WROTE: [f"{real}/rw", f"{real}/trunc", f"{real}/w"]}
+                              WROTE: [f"{real}/log", f"{real}/rw", f"{real}/trunc",
+                                      f"{real}/w"],
+                              REPLACED: [f"{real}/rw", f"{real}/trunc", f"{real}/w"]}
 
 
 def test_the_audit_hook_sees_pythons_opens_and_sockets_while_watching(tmp_path: Path) -> None:
@@ -84,3 +87,38 @@ def test_the_audit_hook_sees_pythons_opens_and_sockets_while_watching(tmp_path: 
     assert real in touches.read and real in touches.wrote
     assert f"port {port}" in touches.read  # connected to; its bind to 0 names no port
     assert not any("after" in p for p in touches.wrote)
+
+
+def test_a_file_both_wrote_from_its_start_is_taken_if_it_changed_but_no_lock(
+        tmp_path: Path) -> None:
+    """Native code reads unseen (safetensors' load_file, HDF5): both runs replacing one
+    file while they run may each have read the other's. A lock file holds no value."""
+    saved, lock = tmp_path / "export.bin", tmp_path / "suite.lock"
+    saved.write_bytes(b"written while both ran")
+    lock.write_bytes(b"")
+    both = {WROTE: [str(saved), str(lock)], REPLACED: [str(saved), str(lock)]}
+    assert taken_from(both, both, saved.stat().st_ctime) == [str(saved)]
+    appended = {WROTE: [str(saved)]}  # a log both append to
+    assert taken_from(appended, appended, saved.stat().st_ctime) == []
+    assert taken_from(both, both, time.time() + 1.0) == []  # changed before they ran
+
+
+def test_safetensors_and_sqlite_files_are_noted_though_native_code_opens_them(
+        tmp_path: Path) -> None:
+    import sqlite3
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    saved = tmp_path / "out.safetensors"
+    save_file({"x": torch.ones(2)}, str(saved))
+    touches = Touches([])
+    watch(touches)
+    try:
+        load_file(str(saved))
+        sqlite3.connect(str(tmp_path / "db.sqlite")).close()
+        sqlite3.connect(":memory:").close()
+    finally:
+        stop(touches)
+    assert os.path.realpath(saved) in touches.read
+    assert os.path.realpath(tmp_path / "db.sqlite") in touches.wrote
