@@ -258,13 +258,18 @@ def _end_at_once(signum: int, frame: object) -> None:
     """TERM to the forked check run (passed on by the invoke process, or its parent-death
     signal): its recording is stopped and its worktree, folders and lock let go (the
     before_exit callbacks), and it ends now, without finishing the run."""
+    _end(128 + signum)
+
+
+def _end(code: int) -> NoReturn:
+    """End the forked check run now: what must run as it ends, its output flushed."""
     _run_at_exit()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
             pass
-    os._exit(128 + signum)
+    os._exit(code)
 
 
 def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
@@ -288,13 +293,7 @@ def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
     except BaseException:  # noqa: B036 - the child must end here, whatever happened
         traceback.print_exc()
     finally:
-        _run_at_exit()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
-                pass
-        os._exit(code)
+        _end(code)
 
 
 class Forked:

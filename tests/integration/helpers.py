@@ -145,6 +145,18 @@ def init_repo(path: Path, cache: Path) -> Repo:
 
 
 
+def tagged_repo(path: Path, cache: Path, files: dict[str, str], tag: str = "v1") -> Repo:
+    """A repository of `files` (with tasks.py and an empty pytest section beside them),
+    committed and tagged `tag` (lightweight)."""
+    repo = init_repo(path, cache)
+    for name, text in {"tasks.py": TASKS, "pyproject.toml": "[tool.pytest.ini_options]\n",
+                       **files}.items():
+        repo.write(name, text)
+    repo.commit(tag)
+    repo.git("tag", tag)
+    return repo
+
+
 def make_subject_repo(path: Path, cache: Path) -> Repo:
     """A repository with a tiny subject `subj` at commit v1 (tagged), a second commit on top."""
     repo = init_repo(path, cache)

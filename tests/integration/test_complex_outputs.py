@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import CONFIG, TASKS, init_repo, output, stored_bytes, stored_files
+from helpers import CONFIG, output, stored_bytes, stored_files, tagged_repo
 
 SUBJECT = """\
 import torch
@@ -44,14 +44,9 @@ def test_digest(regression):
 
 def test_complex_spectra_are_recorded_and_a_changed_imaginary_part_is_caught(
         tmp_path: Path) -> None:
-    repo = init_repo(tmp_path / "repo", tmp_path / "cache")
-    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
-    repo.write("subj/__init__.py", SUBJECT.format(imaginary="1.0"))
-    repo.write("tests/test_subj.py", TESTS)
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.commit("v1")
-    repo.git("tag", "v1")
+    repo = tagged_repo(tmp_path / "repo", tmp_path / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path="."),
+        "subj/__init__.py": SUBJECT.format(imaginary="1.0"), "tests/test_subj.py": TESTS})
     done = repo.invoke("test")
     assert done.returncode == 0, output(done)
     records = b"".join(p.read_bytes() for p in stored_files(repo.cache) if p.suffix == ".json")

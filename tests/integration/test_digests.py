@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import CONFIG, TASKS, init_repo, output, stored_bytes, stored_files
+from helpers import CONFIG, output, stored_bytes, stored_files, tagged_repo
 
 SUBJECT = """\
 import torch
@@ -31,15 +31,10 @@ def test_threshold(regression):
 
 
 def test_digests_are_compared_bit_exact_and_reported_in_full_on_demand(tmp_path: Path) -> None:
-    repo = init_repo(tmp_path / "repo", tmp_path / "cache")
-    repo.write("config.yaml", CONFIG.format(reference="v1", path=".") +
-               "storage:\n  digest_above: 1 KiB\n")
-    repo.write("subj/__init__.py", SUBJECT.format(change="pass"))
-    repo.write("tests/test_subj.py", TESTS)
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.commit("v1")
-    repo.git("tag", "v1")
+    repo = tagged_repo(tmp_path / "repo", tmp_path / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path=".") +
+        "storage:\n  digest_above: 1 KiB\n",
+        "subj/__init__.py": SUBJECT.format(change="pass"), "tests/test_subj.py": TESTS})
     done = repo.invoke("test")
     assert done.returncode == 0, output(done)
     stored = sum(path.stat().st_size for path in stored_files(repo.cache))
