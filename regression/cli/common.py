@@ -9,7 +9,8 @@ from typing import Callable, TypeVar
 
 from invoke.exceptions import Exit
 
-from regression.config import DEVICE_ENV, DEVICES, Settings, find_config, load_settings
+from regression.config import DEVICE_ENV, DEVICES, Settings, load_settings
+from regression.configpaths import find_config
 from regression.errors import RegressionError
 
 T = TypeVar("T")
