@@ -26,7 +26,8 @@ import torch
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from regression.store.cache import CaseRecord, Entry, Output  # noqa: E402
+from regression.store.cache import Entry  # noqa: E402
+from regression.store.record import CaseRecord, Output  # noqa: E402
 from regression.fingerprint import digest  # noqa: E402
 from zoo_repo import zoo_repo  # noqa: E402
 

@@ -9,22 +9,13 @@ from typing import Any, Mapping
 
 import yaml
 
-from regression.configpaths import (CACHE_DIR_ENV, CONFIG_NAME, DEFAULT_CACHE_DIR,
-                                    NO_DEFAULT_CACHE_ENV, DefaultCacheInTests, cache_dir_problem,
-                                    chosen_cache_dir, default_cache_dir, find_config,
-                                    git_top_level, submodule_holding)
+from regression.configpaths import (CACHE_DIR_ENV, DEFAULT_CACHE_DIR, chosen_cache_dir,
+                                    default_cache_dir, submodule_holding)
 from regression.configreader import Reader
-from regression.configvalues import usable_cpus
 from regression.dependencies import normalized
 from regression.errors import ConfigError
 from regression.yamlfile import YamlProblem, parse
 
-__all__ = ["CACHE_DIR_ENV", "CONFIG_NAME", "DEFAULT_CACHE_DIR", "DEFAULT_DURATIONS", "DEVICES",
-           "DEVICE_ENV", "MAX_CONFIG_BYTES", "MAX_REPEAT", "NO_DEFAULT_CACHE_ENV",
-           "DefaultCacheInTests", "Determinism", "Settings", "cache_dir_problem", "find_config",
-           "git_top_level", "load_settings", "usable_cpus"]
-"""Finding config.yaml and the cache folder live in regression.configpaths, each setting's
-checks in regression.configreader; their public names are imported from here too."""
 
 DEVICE_ENV = "REGRESSION_DEVICE"
 """Overrides config.yaml's `device` (the tasks' --device sets it for their processes)."""

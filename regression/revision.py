@@ -5,15 +5,7 @@ from __future__ import annotations
 import re
 
 from regression.errors import RevisionError
-from regression.gitcmd import (NO_HOOKS, Repository, describe, git_environment, git_process,
-                               is_shallow, open_repo, run_git, short)
-from regression.worktree import prune_stale_worktrees, reference_worktree
-
-__all__ = ["NO_HOOKS", "Repository", "describe", "git_environment", "git_process", "is_shallow",
-           "open_repo", "prune_stale_worktrees", "reference_worktree", "resolve_revision",
-           "run_git", "short"]
-"""Running git and worktrees live in regression.gitcmd and regression.worktree; their public
-names are imported from here too."""
+from regression.gitcmd import Repository, git_process, is_shallow, run_git, short
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 

@@ -22,7 +22,8 @@ def _cache_dir() -> Path:
 def _configured_references(settings: Settings) -> dict[str, str]:
     """config.yaml's reference and named references by commit, to mark their entries; one
     that does not resolve here (a shallow clone, no repository) is left out."""
-    from regression.revision import open_repo, resolve_revision
+    from regression.gitcmd import open_repo
+    from regression.revision import resolve_revision
 
     named = [(f"config.yaml's reference {settings.reference}", settings.reference),
              *((f"config.yaml's references.{name}: {revision}", revision)

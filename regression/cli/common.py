@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from invoke.exceptions import Exit
+from invoke.tasks import Task
 
-from regression.config import DEVICE_ENV, DEVICES, Settings, find_config, load_settings
+from regression.config import DEVICE_ENV, DEVICES, Settings, load_settings
+from regression.configpaths import find_config
 from regression.errors import RegressionError
 
 T = TypeVar("T")
@@ -33,15 +35,18 @@ def translated(work: Callable[[], T], device: str | None = None) -> T:
 HELP_TOKENS = ("--help", "-h")
 
 
-def help_if_asked(name: str, *positionals: str) -> bool:
-    """`invoke explain --help`: invoke hands --help to a task's positional argument; show the help."""
+def help_if_asked(asked: Task[Any], *positionals: str) -> bool:
+    """`invoke explain --help`: invoke hands --help to a task's positional argument; show the help.
+
+    `asked` is the task itself, shown from a collection of its own: a task's help reads
+    nothing of the others, and this module imports no task module (they import it)."""
     if not any(value in HELP_TOKENS for value in positionals):
         return False
+    from invoke.collection import Collection
     from invoke.program import Program
 
-    from regression.cli.tasks import ns
-
-    Program(namespace=ns, name="invoke", binary="invoke").run(["invoke", "--help", name], exit=False)
+    Program(namespace=Collection(asked), name="invoke", binary="invoke").run(
+        ["invoke", "--help", asked.name], exit=False)
     return True
 
 

@@ -17,7 +17,8 @@ def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> Non
     require_filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
     from regression.diagnose.bisect import bisect as find_first, scan
     from regression.diagnose.bisect_report import bisection_lines, scan_lines
-    from regression.revision import resolve_revision, run_git
+    from regression.gitcmd import run_git
+    from regression.revision import resolve_revision
 
     settings = current_settings()
     at_good = resolve(settings, good)
@@ -48,7 +49,7 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
 
     For each case whose outputs differ between good and bad: the first commit after good
     whose outputs of it differ from good's (with --scan: every commit that changed them)."""
-    if not help_if_asked("bisect", good, bad):
+    if not help_if_asked(bisect, good, bad):
         translated(lambda: _bisect(good, bad, case, scan), device)
 
 
@@ -86,5 +87,5 @@ def explain(c: Context, case: str, reference: str | None = None, device: str | N
 
     The first module call whose inputs are the same at both and whose outputs differ: the
     case runs at the reference and here with every module call traced."""
-    if not help_if_asked("explain", case):
+    if not help_if_asked(explain, case):
         translated(lambda: _explain(case, reference, html), device)

@@ -248,7 +248,7 @@ def compare(c: Context, candidate: str, reference: str | None = None, shard: str
             strict: bool = False, junitxml: str | None = None, device: str | None = None
             ) -> None:
     """Check one revision against another, both checked out as worktrees."""
-    if not help_if_asked("compare", candidate):
+    if not help_if_asked(compare, candidate):
         _exit_with(translated(lambda: _compare(reference, candidate, shard, strict, junitxml),
                               device))
 

@@ -8,9 +8,10 @@ from regression.diagnose.bisection import Bisection, Differences, Echo, Outputs,
 from regression.errors import RegressionError
 from regression.run.generation import find_nondeterministic, generate
 from regression.run.types import Suite
-from regression.store.cache import ABSENT, NONDETERMINISTIC, Entry
+from regression.store.cache import Entry
+from regression.store.record import ABSENT, NONDETERMINISTIC
 from regression.store.inventory import BISECT
-from regression.revision import short
+from regression.gitcmd import short
 
 
 def suite_at(suite: Suite, sha: str, cases: list[str]) -> Suite:

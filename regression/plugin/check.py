@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain
     from regression.config import Settings
     from regression.plugin.prepare import Prepared
 
-__all__ = ["Check", "register", "subject_not_importable"]
 
 
 def register(config: pytest.Config, job: CheckJob | None) -> None:
@@ -121,7 +120,8 @@ class Check:
         if self.job is not None:  # invoke read it and handed it over in the job
             self.loaded_settings = self.job.settings
             return self.loaded_settings
-        from regression.config import find_config, load_settings
+        from regression.config import load_settings
+        from regression.configpaths import find_config
 
         try:
             self.loaded_settings = load_settings(find_config(self.config.rootpath))
@@ -133,7 +133,8 @@ class Check:
         """config.yaml's settings, or None where there is no usable one (plain pytest in a
         project without it): for hints, never an error."""
         if self.loaded_settings is None and self.job is None:
-            from regression.config import find_config, load_settings
+            from regression.config import load_settings
+            from regression.configpaths import find_config
 
             try:
                 self.loaded_settings = load_settings(find_config(self.config.rootpath))
@@ -263,7 +264,7 @@ class Check:
     def _recorded_under(self, collectors: dict[str, str]) -> list[tuple[str, str]]:
         """(case, collector) for each case the entry holds as recorded, under one of
         `collectors`, with the harness its test file has now: it exists, and it did run."""
-        from regression.store.cache import RECORDED
+        from regression.store.record import RECORDED
         from regression.store.files import load_verified
 
         assert self.prepared is not None

@@ -6,7 +6,7 @@ from typing import Protocol, Sequence
 
 import torch
 
-from regression.store.cache import ABSENT, CaseRecord, Output
+from regression.store.record import ABSENT, CaseRecord, Output
 from regression.compare import Difference, compare
 from regression.config import Determinism
 from regression.determinism import case_seed, require_unchanged

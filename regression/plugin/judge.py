@@ -25,7 +25,7 @@ from regression.plugin.verdict import FAIL, NOTE, SKIP, Case, Verdict, changes_n
 if TYPE_CHECKING:
     from regression.plugin.check import Check
     from regression.plugin.fixture import CheckSink, Regression
-    from regression.store.cache import CaseRecord
+    from regression.store.record import CaseRecord
 
 OUTCOME = "torch_regression_outcome"
 """A regression case's report carries its outcome so far to xdist's controller."""

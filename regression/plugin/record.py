@@ -11,7 +11,8 @@ from regression.errors import RegressionError
 from regression.plugin.recording import NOT_COLLECTABLE
 from regression.run.handoff import hand_over
 from regression.run.overlap import shared_reason
-from regression.store.cache import ABSENT, CaseRecord, Entry, Output, StagedCase
+from regression.store.cache import Entry
+from regression.store.record import ABSENT, CaseRecord, Output, StagedCase
 
 if TYPE_CHECKING:
     from regression.plugin.recording import Recording

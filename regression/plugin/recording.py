@@ -31,7 +31,8 @@ from regression.run import overlap
 from regression.run.handoff import ask_shared, receive_cases
 from regression.run.job import PROGRESS, RecordJob, decode
 from regression.run.types import RecordResult
-from regression.store.cache import Entry, Output
+from regression.store.cache import Entry
+from regression.store.record import Output
 from regression.worktree import lay_working_harness
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture

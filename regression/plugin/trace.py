@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
-from regression.store.cache import Output
+from regression.store.record import Output
 
 if TYPE_CHECKING:
     from regression.plugin.recording import Recording

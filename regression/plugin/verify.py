@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from regression.errors import RegressionError
-from regression.store.cache import ABSENT, Output
+from regression.store.record import ABSENT, Output
 
 if TYPE_CHECKING:
     from regression.plugin.recording import Recording

@@ -15,11 +15,12 @@ from regression.errors import CacheError, CacheWriteError, ReadOnlyError, Regres
     StoreError, SubjectImportError
 from regression.fingerprint import environment_parts
 from regression.harness import changed_helpers
-from regression.revision import prune_stale_worktrees, reference_worktree
+from regression.worktree import prune_stale_worktrees, reference_worktree
 from regression.run.job import RecordJob
 from regression.run.launch import run_pytest, tail
 from regression.run.types import Echo, Generation, Pending, RecordResult, Reference, Suite
-from regression.store.cache import NONDETERMINISTIC, Entry, StoredHarness
+from regression.store.cache import Entry
+from regression.store.record import NONDETERMINISTIC, StoredHarness
 from regression.store.scratch import scratch_folder
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:  # every pytest run imports this module (the plugin's job): it stays light
     from regression.config import Settings
-    from regression.revision import Repository
+    from regression.gitcmd import Repository
     from regression.run.completion import Completion
     from regression.shard import ShardSpec
     from regression.store.cache import Entry
@@ -31,7 +31,7 @@ class Reference:
 
     @cached_property  # asked for by every phase of every case
     def label(self) -> str:
-        from regression.revision import describe
+        from regression.gitcmd import describe
 
         return describe(self.revision, self.sha)
 
@@ -39,7 +39,8 @@ class Reference:
 def resolve(settings: Settings, reference: str | None) -> Reference:
     """Resolve the reference revision (config.yaml's unless given) to a commit: once per
     run, by whichever process the user started; its children get it in their job."""
-    from regression.revision import open_repo, resolve_revision
+    from regression.gitcmd import open_repo
+    from regression.revision import resolve_revision
 
     revision = settings.revision_for(reference)
     repo = open_repo(settings.root)
@@ -143,7 +144,7 @@ def hint_names() -> dict[str, object]:
     """The classes this module's annotations name, imported when a job is decoded (see
     job.decode): a plain pytest run never needs them."""
     from regression.config import Determinism, Settings
-    from regression.revision import Repository
+    from regression.gitcmd import Repository
     from regression.run.completion import Completion
     from regression.shard import ShardSpec
 

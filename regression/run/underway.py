@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 
 from regression.errors import ReadOnlyError, RegressionError
-from regression.revision import prune_stale_worktrees, reference_worktree
+from regression.worktree import prune_stale_worktrees, reference_worktree
 from regression.run.generation import generate, nothing_recordable, outcome, planned_locked, \
     project_in, read_only_plan, recording_args, require_all_ran, still_valid
 from regression.run import overlap
@@ -28,7 +28,7 @@ from regression.run.handoff import Handoff, answer_shared, send_cases
 from regression.run.job import RecordJob
 from regression.run.launch import before_exit, let_finish, start_pytest
 from regression.run.types import Echo, Generation, Pending, Reference, Suite
-from regression.store.cache import CaseRecord
+from regression.store.record import CaseRecord
 from regression.store.scratch import scratch_folder
 
 

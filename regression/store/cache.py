@@ -15,13 +15,8 @@ from regression.fingerprint import FORMAT_VERSION, differing_parts, key_of
 from regression.store.cachedir import (CASES, ENTRY_FILE, LAST_USED, EntryLock, ensure_cache_root,
                                        lock_path, remove_folder, with_fix)
 from regression.store.files import dump_verified, load_verified, verify_safetensors, write_atomic
-from regression.store.record import (ABSENT, NONDETERMINISTIC, RECORDED, TENSOR_FILE, CaseRecord,
-                                     Output, StagedCase, StoredHarness, case_id, checked_body,
-                                     checked_fields)
-
-__all__ = ["ABSENT", "NONDETERMINISTIC", "RECORDED", "CaseRecord", "Entry", "Output",
-           "StagedCase", "StoredHarness", "case_id"]
-"""Case records are defined in regression.store.record; imported from here too."""
+from regression.store.record import (TENSOR_FILE, CaseRecord, Output, StagedCase, StoredHarness,
+                                     case_id, checked_body, checked_fields)
 
 FORMAT = int(FORMAT_VERSION)
 _NO_FOLLOW_OR_BLOCK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from warm_python import WARM, reads_at_load
 
-from regression.config import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
+from regression.configpaths import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -30,7 +30,8 @@ import warm_python
 from helpers import Repo, output
 
 from regression.store import inventory
-from regression.store.cache import CaseRecord, Entry, Output
+from regression.store.cache import Entry
+from regression.store.record import CaseRecord, Output
 from regression.errors import CacheError, StoreError
 from regression.store.files import MAX_RECORD, dump_verified, load_verified, verify_safetensors
 from regression.fingerprint import digest

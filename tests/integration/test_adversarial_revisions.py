@@ -14,7 +14,9 @@ import pytest
 from helpers import Repo, init_repo, output
 
 from regression.errors import RevisionError
-from regression.revision import open_repo, reference_worktree, resolve_revision
+from regression.gitcmd import open_repo
+from regression.revision import resolve_revision
+from regression.worktree import reference_worktree
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 from helpers import Repo, init_repo, output
 
 from regression.errors import RevisionError
-from regression.revision import open_repo, prune_stale_worktrees, \
-    reference_worktree, resolve_revision
-from regression.worktree import _worktree_parent
+from regression.gitcmd import open_repo
+from regression.revision import resolve_revision
+from regression.worktree import _worktree_parent, prune_stale_worktrees, reference_worktree
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from regression.store.cache import CaseRecord
+from regression.store.record import CaseRecord
 from regression.errors import StoreError
 from regression.plugin.fixture import CheckSink, RecordSink, Regression
 from test_fixture import _tf32_off, current, stored_and_loaded  # noqa: F401 - _tf32_off: an

@@ -15,15 +15,8 @@ import filelock
 import pytest
 import torch
 
-from regression.store.cache import (
-    ABSENT,
-    RECORDED,
-    CaseRecord,
-    Entry,
-    Output,
-    StoredHarness,
-    case_id,
-)
+from regression.store.cache import Entry
+from regression.store.record import ABSENT, RECORDED, CaseRecord, Output, StoredHarness, case_id
 from regression.store.cachedir import GITIGNORE, ensure_cache_root
 from regression.compare import compare
 from regression.errors import CacheError, NoSpaceError, ReadOnlyError, StoreError

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import (CACHE_DIR_ENV, DEFAULT_CACHE_DIR, NO_DEFAULT_CACHE_ENV,
-                               DefaultCacheInTests, load_settings)
+from regression.config import load_settings
+from regression.configpaths import (CACHE_DIR_ENV, DEFAULT_CACHE_DIR, NO_DEFAULT_CACHE_ENV,
+                                    DefaultCacheInTests)
 from regression.errors import RegressionError
 
 CONFIG = "reference: v1\nsubject:\n  packages: [subj]\n"

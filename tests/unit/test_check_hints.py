@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from regression.plugin.check import subject_not_importable
+from regression.plugin.hints import subject_not_importable
 
 ERROR = "tests/test_m.py:1: in <module>\n    import {0}\nE   ModuleNotFoundError: No module named '{0}'"
 

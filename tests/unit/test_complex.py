@@ -15,7 +15,8 @@ from regression.compare import compare
 from regression.errors import StoreError
 from regression.nodes import tensor_names
 from regression.plugin.fixture import CheckSink, RecordSink, Regression
-from regression.store.cache import CaseRecord, Entry
+from regression.store.cache import Entry
+from regression.store.record import CaseRecord
 from regression.store.codec import decode, digest_node
 from regression.store.files import load_verified
 from regression.store.digest import TensorDigest, digest_tensor, tensor_xxh3

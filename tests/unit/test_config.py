@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import (
-    CACHE_DIR_ENV,
-    NO_DEFAULT_CACHE_ENV,
-    DEFAULT_CACHE_DIR,
-    Determinism,
-    find_config,
-    load_settings,
-)
+from regression.config import Determinism, load_settings
+from regression.configpaths import (CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV, DEFAULT_CACHE_DIR,
+                                    find_config)
 from regression import configreader
 from regression.errors import ConfigError
 

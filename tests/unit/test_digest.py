@@ -13,7 +13,8 @@ from regression.compare import compare
 from regression.errors import StoreError
 from regression.nodes import tensor_names
 from regression.plugin.fixture import CheckSink, snapshot
-from regression.store.cache import CaseRecord, Entry, Output
+from regression.store.cache import Entry
+from regression.store.record import CaseRecord, Output
 from regression.store.digest import TensorDigest, digest_tensor, tensor_xxh3
 
 LARGE = 1 << 20  # elements: 4 MiB of float32

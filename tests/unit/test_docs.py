@@ -25,7 +25,7 @@ import pytest
 from invoke import Argument, ParseError, Parser, ParserContext, Program
 
 from regression.config import load_settings
-from regression.tasks import ns
+from regression.cli.tasks import ns
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from regression.store.cache import ABSENT, CaseRecord, Entry, Output
+from regression.store.cache import Entry
+from regression.store.record import ABSENT, CaseRecord, Output
 from regression.compare import compare
 from regression.config import Determinism
 from regression.determinism import REDUCED_PRECISION

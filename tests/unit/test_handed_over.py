@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from regression.errors import StoreError
-from regression.store.cache import ABSENT, CaseRecord, Entry, Output, names_reference
+from regression.store.cache import Entry, names_reference
+from regression.store.record import ABSENT, CaseRecord, Output
 from regression.store.cachedir import ENTRY_FILE
 
 PARTS = {"format": "3", "reference": "a" * 40, "torch": "2.x", "threads": "1"}

@@ -13,7 +13,8 @@ import filelock
 import pytest
 import torch
 
-from regression.store.cache import CaseRecord, Entry, Output
+from regression.store.cache import Entry
+from regression.store.record import CaseRecord, Output
 from regression.errors import ReadOnlyError, RegressionError
 from regression.store.inventory import (
     EntryInfo,

@@ -11,7 +11,7 @@ import pytest
 
 from regression.config import Determinism, Settings
 from regression.errors import CacheWriteError
-from regression.revision import Repository
+from regression.gitcmd import Repository
 from regression.run.completion import Completion
 from regression.run.job import GEN_ONLY, JOB_ENV, CheckJob, CollectJob, RecordJob, current_job
 from regression.run.types import CheckResult, CollectResult, Generation, RecordResult, Reference

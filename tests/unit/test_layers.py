@@ -1,6 +1,7 @@
 """The import graph keeps its layers: nothing below the launcher and the API imports them,
 the data types import only what is below them, the store and the cores stand on no plugin,
-diagnosis or command line, and only gitcmd.py talks to git."""
+diagnosis or command line, only gitcmd.py talks to git, no import circle but among the
+plugins, and every name is imported from the module that defines it (no re-export shims)."""
 
 from __future__ import annotations
 
@@ -117,12 +118,12 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-KNOWN_CIRCLES = ("regression.plugin", "regression.cli")
+KNOWN_CIRCLES = ("regression.plugin",)
 """Where circles are left to the House II redesign (one state object per run, one plugin
-per concern handed in from above): the plugins of a mode, and the task modules."""
+per concern handed in from above): the plugins of a mode."""
 
 
-def test_no_import_circle_outside_the_plugins_and_the_tasks() -> None:
+def test_no_import_circle_outside_the_plugins() -> None:
     """Lazy imports count: a circle is a circle whenever its modules load."""
     circles = [c for c in _circles(_graph())
                if not all(m.startswith(KNOWN_CIRCLES) for m in c)]
@@ -132,3 +133,95 @@ def test_no_import_circle_outside_the_plugins_and_the_tasks() -> None:
 def test_the_circle_finder_finds_a_circle() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+ROOT = PACKAGE.parent
+IMPORTERS = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+                    *(ROOT / "bench").rglob("*.py"), ROOT / "tasks.py"])
+"""Every file that imports the package: the package itself, its tests, the benchmarks and
+this repository's tasks.py."""
+
+REEXPORTED = {
+    ("regression.tasks", "ns"): "the public import path: the line users write in their "
+                                "tasks.py (README, docs/tasks.md; `torch-regression init` "
+                                "writes it), which this repository's tasks.py uses too",
+}
+"""(module, name) that a module may import only to hand on, and why. Nothing else may."""
+
+EXPORT_LISTS = {
+    "regression": "the package's documented public API (RegressionError, Settings, "
+                  "load_settings) for users; nothing in the project imports it from there",
+    "regression.tasks": "the public import path of the tasks (see REEXPORTED)",
+}
+"""The modules that may keep an `__all__`, and why: a list of names to hand on is a shim."""
+
+
+def _top_level(tree: ast.Module) -> list[ast.stmt]:
+    """A module's statements, those under a top-level if/try (TYPE_CHECKING...) included."""
+    found: list[ast.stmt] = []
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, ast.If):
+            todo[:0] = [*node.body, *node.orelse]
+        elif isinstance(node, ast.Try):
+            todo[:0] = [*node.body, *node.orelse, *node.finalbody,
+                        *(s for h in node.handlers for s in h.body)]
+        else:
+            found.append(node)
+    return found
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module defines itself: def, class and assignment, not import."""
+    names = set()
+    for node in _top_level(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _borrowed(defined: dict[str, set[str]], path: Path, root: Path = ROOT) -> list[str]:
+    """`module.name` for each `from regression.module import name` in `path` (lazy or not)
+    where `name` is neither a submodule nor defined in that module, but imported there."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in MODULES):
+            continue
+        for alias in node.names:
+            if (f"{node.module}.{alias.name}" not in MODULES
+                    and alias.name not in defined[node.module]
+                    and (node.module, alias.name) not in REEXPORTED):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: "
+                             f"{node.module}.{alias.name}")
+    return found
+
+
+def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
+    """No re-export shim: a name imported from a module of the package is defined there."""
+    defined = {name: _defined(path) for name, path in MODULES.items()}
+    assert [line for path in IMPORTERS for line in _borrowed(defined, path)] == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_lists_names_to_hand_on(name: str) -> None:
+    """Neither `__all__` nor `import x as x` (the two ways to keep an unused import for
+    others past the linter), but where EXPORT_LISTS says why."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    if name not in EXPORT_LISTS:
+        assert "__all__" not in _defined(MODULES[name])
+    assert [alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names if alias.asname == alias.name.rsplit(".", 1)[-1]] == []
+
+
+def test_the_shim_finder_finds_a_shim(tmp_path: Path) -> None:
+    shim = tmp_path / "user.py"
+    shim.write_text("from regression.store.cache import CaseRecord, Entry\n"
+                    "def f():\n    from regression.config import find_config\n",
+                    encoding="utf-8")
+    defined = {name: _defined(path) for name, path in MODULES.items()}
+    found = [line.rsplit(": ", 1)[1] for line in _borrowed(defined, shim, tmp_path)]
+    assert found == ["regression.store.cache.CaseRecord", "regression.config.find_config"]

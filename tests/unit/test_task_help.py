@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from invoke.program import Program
 
-from regression.tasks import ns
+from regression.cli.tasks import ns
 
 
 @pytest.mark.parametrize("task", ["explain", "bisect", "compare", "test", "gen"])

@@ -9,7 +9,7 @@ from invoke.collection import Collection
 from invoke.tasks import Task
 from invoke.util import helpline
 
-from regression.tasks import ns
+from regression.cli.tasks import ns
 
 MOST = 80
 """`invoke --list` wraps a longer line under the task's name."""

@@ -10,7 +10,7 @@ from regression.plugin.verdict import ABSENT, CHECKED_NOTHING, FAIL, FOREIGN_FIX
     NOTE, RECORDED, SKIP, UNREPRODUCED, Case, Verdict, changes_nothing, fixture_verdict, \
     verdict
 from regression.report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
-from regression.store import cache
+from regression.store import record
 
 ID = "tests/test_m.py::test_case"
 LABEL = "v1 (0123abc)"
@@ -30,8 +30,8 @@ def phase(when: str, report: str, **facts: object) -> Case:
 
 
 def test_the_store_s_statuses_are_the_table_s() -> None:
-    assert (RECORDED, ABSENT, UNREPRODUCED) == (cache.RECORDED, cache.ABSENT,
-                                                cache.NONDETERMINISTIC)
+    assert (RECORDED, ABSENT, UNREPRODUCED) == (record.RECORDED, record.ABSENT,
+                                                record.NONDETERMINISTIC)
 
 
 # The body ran with this plugin's fixture (the call phase).
