@@ -25,7 +25,8 @@ from regression.durations import read_durations
 from regression.fingerprint import device_details, package_lines
 from regression.harness import extra_harness_files, harness_files
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
-from regression.report import CHANGED, generation_lines
+from regression.outcomes import CHANGED
+from regression.report import generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
     run_check
@@ -162,9 +163,7 @@ def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bo
 
 def changed_cases(result: CheckResult | None) -> list[str]:
     """The cases a check run's result names as changed."""
-    failing = result.finished.failing if result and result.finished else []
-    prefix = f"{CHANGED.upper()} "
-    return [line.removeprefix(prefix) for line in failing if line.startswith(prefix)]
+    return result.finished.cases(CHANGED) if result and result.finished else []
 
 
 def _stopped(resolved: Reference, code: int) -> str:
