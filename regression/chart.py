@@ -8,7 +8,7 @@ import math
 import re
 from typing import Iterable
 
-from regression.report import CHANGED, CaseOutcome
+from regression.outcomes import CHANGED, CaseOutcome
 
 MOST = 25
 """Cases charted and listed, largest difference first; the rest are counted."""

@@ -3,37 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from regression.outcomes import CHANGED, ERROR, IDENTICAL, NONDETERMINISTIC, OUTCOMES, \
+    CaseOutcome
 
 if TYPE_CHECKING:
     from regression.compare import Difference
     from regression.run.types import Generation
-
-IDENTICAL = "identical"
-CHANGED = "changed"
-NEW = "not in reference"
-ERROR = "error"
-OUTCOMES = (IDENTICAL, CHANGED, NEW, ERROR)
-NONDETERMINISTIC = "nondeterministic"
-"""Its recordings at the reference differed: skipped, not compared; counted when it occurs."""
-
-
-@dataclass(frozen=True)
-class CaseOutcome:
-    """How one regression case ended in check mode."""
-
-    nodeid: str
-    outcome: str
-    detail: str = ""
-    outputs: tuple[str, ...] = ()
-    """A changed case: each differing output (or leaf of one) in one line."""
-    path: str = ""
-    """The test's file, relative to the rootdir, and its line (1-based): where CI points."""
-    line: int = 0
-    relative: float | None = None
-    """A changed case: the largest relative difference of its float tensors (inf where a
-    reference element is 0); None where none was measured."""
 
 
 def mismatch_message(reference: str, changed: Sequence[tuple[str, Sequence[Difference]]],

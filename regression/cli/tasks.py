@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -25,7 +26,8 @@ from regression.durations import read_durations
 from regression.fingerprint import device_details, package_lines
 from regression.harness import extra_harness_files, harness_files
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
-from regression.report import CHANGED, generation_lines
+from regression.outcomes import CHANGED
+from regression.report import generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
     run_check
@@ -134,37 +136,63 @@ def _xdist_option(workers: int) -> list[str]:
     return []
 
 
-def _check(resolved: Reference, spec: ShardSpec | None, no_gen: bool, strict: bool,
-           junitxml: str | None, store_durations: bool, subject_root: Path | None = None,
-           workers: int = 0, picked: Selection = Selection(), full_values: bool = False
-           ) -> int:
+@dataclass(frozen=True)
+class CheckRequest:
+    """One check run of `invoke test` or `invoke compare`, as its flags asked for it."""
+
+    resolved: Reference
+    shard: ShardSpec | None = None
+    no_gen: bool = False
+    """Never record: a case without a valid reference stops the run."""
+    strict: bool = False
+    junitxml: str | None = None
+    store_durations: bool = False
+    subject_root: Path | None = None
+    """`compare`: the candidate's subject comes from this worktree."""
+    workers: int = 0
+    picked: Selection = Selection()
+    full_values: bool = False
+    """Where digests differ, record those cases' values and check them again."""
+
+    def against_values(self, cases: Sequence[str]) -> CheckRequest:
+        """The check again of `cases`, against the values --full-values recorded: it records
+        nothing, and writes no JUnit report and no durations (the first run did)."""
+        return replace(self, shard=None, no_gen=True, junitxml=None, store_durations=False,
+                       picked=Selection(cases=tuple(cases)), full_values=False)
+
+
+def _check(request: CheckRequest) -> int:
     """One pytest run: it records what is missing (unless `no_gen`), then checks. With
     `full_values`, cases whose digests differ are recorded with their values and checked
-    again, for the full report; their digest-only references are stored again after it."""
-    args = [*_xdist_option(workers), *picked.pytest_args()]
-    if strict:
-        args.append("--regression-strict")
-    if junitxml is not None:
-        args.append(f"--junitxml={report_path('--junitxml', junitxml, 'regression.xml')}")
-    if store_durations:
-        args.append(f"--regression-durations={resolved.settings.durations_file}")
-    job = check_job(resolved, shard=spec, subject_root=subject_root,
-                    gen=GEN_NEVER if no_gen else GEN_AUTO, workers=workers,
-                    selection=picked.describe())
-    code, result = run_check(resolved, job, args, picked.cases)
-    if full_values and code:
-        with record_values(resolved, changed_cases(result), print) as again:
+    again, for the full report; their digest-only references are stored again after it.
+    The exit code is the first run's."""
+    code, result = _run_check(request)
+    if request.full_values and code:
+        with record_values(request.resolved, changed_cases(result), print) as again:
             if again:  # checked against the values; the cache keeps the digests after
-                _check(resolved, None, True, strict, None, False, workers=workers,
-                       picked=Selection(cases=tuple(again)))
+                _run_check(request.against_values(again))
     return code
+
+
+def _run_check(request: CheckRequest) -> tuple[int, CheckResult | None]:
+    """The check run `request` asks for: its exit code and what it handed back."""
+    resolved, picked = request.resolved, request.picked
+    args = [*_xdist_option(request.workers), *picked.pytest_args()]
+    if request.strict:
+        args.append("--regression-strict")
+    if request.junitxml is not None:
+        args.append(f"--junitxml={report_path('--junitxml', request.junitxml, 'regression.xml')}")
+    if request.store_durations:
+        args.append(f"--regression-durations={resolved.settings.durations_file}")
+    job = check_job(resolved, shard=request.shard, subject_root=request.subject_root,
+                    gen=GEN_NEVER if request.no_gen else GEN_AUTO, workers=request.workers,
+                    selection=picked.describe())
+    return run_check(resolved, job, args, picked.cases)
 
 
 def changed_cases(result: CheckResult | None) -> list[str]:
     """The cases a check run's result names as changed."""
-    failing = result.finished.failing if result and result.finished else []
-    prefix = f"{CHANGED.upper()} "
-    return [line.removeprefix(prefix) for line in failing if line.startswith(prefix)]
+    return result.finished.cases(CHANGED) if result and result.finished else []
 
 
 def _stopped(resolved: Reference, code: int) -> str:
@@ -218,8 +246,9 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
         spec, count = _shard(shard), _workers(workers)
         resolved = resolve(current_settings(), reference)
         picked = selection(k, case, resolved.settings.root, shard, resolved.settings.tests)
-        code = _check(resolved, spec, no_gen, strict, junitxml, store_durations,
-                      workers=count, picked=picked, full_values=full_values)
+        code = _check(CheckRequest(resolved, spec, no_gen=no_gen, strict=strict,
+                                   junitxml=junitxml, store_durations=store_durations,
+                                   workers=count, picked=picked, full_values=full_values))
         _require_known_cases(resolved, picked, code)
         return code
     _exit_with(translated(work, device))
@@ -233,7 +262,8 @@ def _compare(reference: str | None, candidate: str, shard_spec: str | None, stri
     resolved = resolve(current_settings(), reference)
     with candidate_checkout(resolved, candidate) as subject_root:
         print(f"comparing {candidate} (candidate) with {resolved.label} (reference)")
-        return _check(resolved, spec, False, strict, junitxml, False, subject_root)
+        return _check(CheckRequest(resolved, spec, strict=strict, junitxml=junitxml,
+                                   subject_root=subject_root))
 
 
 @task(help={

@@ -16,7 +16,8 @@ import pytest
 
 from regression.errors import RegressionError
 from regression.plugin.common import uses_fixture
-from regression.report import ERROR, CaseOutcome, generation_lines
+from regression.outcomes import ERROR, CaseOutcome
+from regression.report import generation_lines
 from regression.run.job import GEN_AUTO
 from regression.run.overlap import SHARED
 

@@ -15,7 +15,8 @@ from regression.plugin.hints import subject_not_importable
 from regression.plugin.alongside import Alongside
 from regression.plugin.ledger import Ledger
 from regression.plugin.relay import LINE, REFUSAL, Relay, attach, in_worker
-from regression.report import ERROR, CaseOutcome, generation_lines
+from regression.outcomes import ERROR, CaseOutcome
+from regression.report import generation_lines
 from regression.run.job import GEN_ONLY, CheckJob
 from regression.run.types import CheckResult
 

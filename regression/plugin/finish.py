@@ -15,7 +15,8 @@ from regression.plugin.common import crash_reason
 from regression.plugin.judge import OUTCOME
 from regression.plugin.ledger import RunFacts, outcome_from
 from regression.plugin.relay import in_worker
-from regression.report import ERROR, CaseOutcome, not_run_lines
+from regression.outcomes import ERROR, CaseOutcome
+from regression.report import not_run_lines
 from regression.run.completion import END, START, Completion
 from regression.run.types import CheckResult
 
@@ -152,7 +153,7 @@ class Finish:
     def _require_verdicts_passed(self, session: pytest.Session) -> None:
         """Fail a run whose pytest counted no failure where a case did not pass: a case
         skipped at collection that the reference recorded, or a report a hook changed."""
-        failing = self.ledger.failing(self.check.strict)
+        failing = _named(self.ledger.failing(self.check.strict))
         if failing and session.exitstatus in (pytest.ExitCode.OK,
                                               pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -179,15 +180,21 @@ class Finish:
             return
         gen_only = self.check.gen_only
         unjudged = [] if gen_only else self.ledger.unjudged()
-        failing = [] if gen_only else self.ledger.failing(self.check.strict)
-        _keep_failed(self.session, [*failing, *(f"NO VERDICT {n}" for n in unjudged)])
+        outcomes = () if gen_only else tuple(self.ledger.outcomes.values())
+        failing = [o for o in outcomes if o.fails(self.check.strict)]
+        _keep_failed(self.session, [*_named(failing), *(f"NO VERDICT {n}" for n in unjudged)])
         if self.job is not None:
             completion = Completion(int(self.session.exitstatus),
                                     len(self.ledger.expected or ()),
                                     [f"{n}: {self._why_not_run(n)}" for n in unjudged],
-                                    failing)
+                                    outcomes, self.check.strict)
             self.job.write_result(replace(self.job.read_result() or CheckResult(),
                                           finished=completion))
+
+
+def _named(outcomes: list[CaseOutcome]) -> list[str]:
+    """`OUTCOME nodeid` of each case, for a message."""
+    return [f"{o.outcome.upper()} {o.nodeid}" for o in outcomes]
 
 
 def _listed(cases: list[str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from regression.report import CHANGED, ERROR, NEW, NONDETERMINISTIC, CaseOutcome
+from regression.outcomes import CaseOutcome
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,9 @@ class Ledger:
         """The cases this run was handed that ended in no verdict."""
         return sorted((self.expected or set()) - set(self.outcomes))
 
-    def failing(self, strict: bool) -> list[str]:
-        """`OUTCOME nodeid` of each case that does not pass: changed or error, and with
-        --regression-strict not in reference or nondeterministic."""
-        bad = {CHANGED, ERROR} | ({NEW, NONDETERMINISTIC} if strict else set())
-        return [f"{o.outcome.upper()} {o.nodeid}" for o in self.outcomes.values()
-                if o.outcome in bad]
+    def failing(self, strict: bool) -> list[CaseOutcome]:
+        """The outcome of each case that does not pass (see CaseOutcome.fails)."""
+        return [o for o in self.outcomes.values() if o.fails(strict)]
 
     def why_not_run(self, nodeid: str, facts: RunFacts) -> str:
         """Why a case this run was handed ended without a verdict."""

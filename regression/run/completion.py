@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from regression.errors import RunIncompleteError
+from regression.outcomes import CaseOutcome
 
 START = "start "
 END = "end "
@@ -25,8 +26,20 @@ class Completion:
     """The regression cases the run was handed."""
     unjudged: list[str] = field(default_factory=list)
     """`nodeid: why` of each handed case that ended in no verdict."""
-    failing: list[str] = field(default_factory=list)
-    """`OUTCOME nodeid` of each case that ended changed or in error."""
+    outcomes: tuple[CaseOutcome, ...] = ()
+    """Every judged case's outcome, as the run's ledger holds it (none in a run that only
+    records): what the invoke process knows of the cases, as data."""
+    strict: bool = False
+    """--regression-strict: cases not in the reference and nondeterministic ones fail."""
+
+    @property
+    def failing(self) -> list[CaseOutcome]:
+        """The cases that did not pass (see CaseOutcome.fails)."""
+        return [o for o in self.outcomes if o.fails(self.strict)]
+
+    def cases(self, outcome: str) -> list[str]:
+        """The node ids of the cases that ended in `outcome`, in the order they were judged."""
+        return [o.nodeid for o in self.outcomes if o.outcome == outcome]
 
     @property
     def passed(self) -> bool:
@@ -73,7 +86,7 @@ def not_passed(completion: Completion) -> str:
         lines += [f"  {line}" for line in completion.unjudged[:SHOWN]]
     if completion.failing:
         lines.append(f"{len(completion.failing)} cases did not pass:")
-        lines += [f"  {line}" for line in completion.failing[:SHOWN]]
+        lines += [f"  {o.outcome.upper()} {o.nodeid}" for o in completion.failing[:SHOWN]]
     return "\n".join(lines)
 
 

@@ -10,7 +10,8 @@ import torch
 
 from regression.chart import MOST, difference_chart
 from regression.compare import compare_tensors
-from regression.report import CHANGED, ERROR, IDENTICAL, CaseOutcome, largest_relative
+from regression.outcomes import CHANGED, ERROR, IDENTICAL, CaseOutcome
+from regression.report import largest_relative
 
 
 def _changed(nodeid: str, relative: float | None) -> CaseOutcome:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from regression.outcomes import CHANGED, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
 from regression.run.completion import Completion, settle, still_running
 from regression.errors import RunIncompleteError
 
@@ -23,7 +24,7 @@ def test_a_record_that_says_passed_and_exit_0_pass() -> None:
 
 def test_a_failing_exit_code_stands_whatever_the_record_says() -> None:
     assert settle(1, PASSED, []) == 1
-    assert settle(1, Completion(1, 2, failing=["CHANGED a"]), []) == 1
+    assert settle(1, Completion(1, 2, outcomes=(CaseOutcome("a", CHANGED),)), []) == 1
 
 
 def test_no_record_and_exit_0_names_the_case_that_was_running() -> None:
@@ -42,7 +43,8 @@ def test_no_record_says_where_the_run_ended_outside_a_case() -> None:
 
 
 def test_a_record_that_did_not_pass_fails_a_process_that_exited_0() -> None:
-    record = Completion(0, 3, unjudged=["b: did not run"], failing=["CHANGED a"])
+    record = Completion(0, 3, unjudged=["b: did not run"],
+                        outcomes=(CaseOutcome("a", CHANGED), CaseOutcome("c", IDENTICAL)))
     error = _refused(0, record, [])
     assert error.exit_code == 1
     text = str(error)
@@ -50,6 +52,19 @@ def test_a_record_that_did_not_pass_fails_a_process_that_exited_0() -> None:
     assert "1 of 3 cases it was meant to check ended without a verdict:\n  b: did not run" in text
     assert "1 cases did not pass:\n  CHANGED a" in text
     assert _refused(0, Completion(3, 0), []).exit_code == 3
+
+
+def test_the_record_holds_each_case_outcome_and_which_fail() -> None:
+    outcomes = (CaseOutcome("a", CHANGED, "1 value"), CaseOutcome("b", IDENTICAL),
+                CaseOutcome("c", NEW), CaseOutcome("d", NONDETERMINISTIC),
+                CaseOutcome("e", CHANGED))
+    lenient = Completion(1, 5, outcomes=outcomes)
+    assert lenient.cases(CHANGED) == ["a", "e"] and lenient.cases(NEW) == ["c"]
+    assert [o.nodeid for o in lenient.failing] == ["a", "e"]
+    strict = Completion(1, 5, outcomes=outcomes, strict=True)
+    assert [o.nodeid for o in strict.failing] == ["a", "c", "d", "e"]
+    assert not Completion(0, 5, outcomes=outcomes[1:2] + outcomes[2:4]).failing
+    assert not Completion(0, 5, outcomes=outcomes[2:4], strict=True).passed
 
 
 def test_a_test_started_twice_in_the_journal_is_running_until_it_ends_twice() -> None:

@@ -12,6 +12,7 @@ import pytest
 from regression.config import Determinism, Settings
 from regression.errors import CacheWriteError
 from regression.gitcmd import Repository
+from regression.outcomes import CHANGED, ERROR, IDENTICAL, CaseOutcome
 from regression.run.completion import Completion
 from regression.run.job import GEN_ONLY, JOB_ENV, CheckJob, CollectJob, RecordJob, current_job
 from regression.run.types import CheckResult, CollectResult, Generation, RecordResult, Reference
@@ -53,7 +54,11 @@ def test_a_job_is_read_back_as_written_settings_and_reference_included(
 RESULTS = [CollectResult({"t::a": "h1", "t::b": "h2"}, ["t::a"], {"torch": "2"}),
            RecordResult(["t::a"], {"t::b": "skipped"}, {"t::c": ["out"]}),
            CheckResult(Generation(1, ["t::a"], {"t::b": "gone"}, ["w"], {"t::a": "how"}),
-                       Completion(1, 2, ["t::b: why"], ["CHANGED t::a"])),
+                       Completion(1, 3, ["t::b: why"], (
+                           CaseOutcome("t::a", CHANGED, "1 value differs", ("'y': 1 value",),
+                                       "t.py", 4, float("inf")),
+                           CaseOutcome("t::c", ERROR, "boom\n  at line 2"),
+                           CaseOutcome("t::d", IDENTICAL)), strict=True)),
            CheckResult()]
 
 

@@ -55,6 +55,11 @@ def test_the_run_data_imports_nothing_above_it(name: str) -> None:
     assert not {i for i in _imports(MODULES[name]) if i.startswith(above)}
 
 
+def test_the_outcomes_import_nothing_of_the_package() -> None:
+    """The plugin, the run's data and the reports all stand on them."""
+    assert not {i for i in _imports(MODULES["regression.outcomes"]) if i.startswith("regression")}
+
+
 def test_the_report_imports_only_data_types_of_a_run() -> None:
     ours = {i for i in _imports(MODULES["regression.report"]) if i.startswith("regression.run")}
     assert ours <= {"regression.run.types", "regression.run.types.Generation"}

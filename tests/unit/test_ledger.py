@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from regression.plugin.ledger import Ledger, RunFacts
-from regression.report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
+from regression.outcomes import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
 
 CASES = {f"tests/test_m.py::test_{n}" for n in "abcd"}
 
@@ -33,8 +33,8 @@ def test_no_expectation_means_nothing_to_prove() -> None:
 
 def test_failing_names_changed_and_errors_and_with_strict_new_and_nondeterministic() -> None:
     ledger = handed(("a", CHANGED), ("b", ERROR), ("c", NEW), ("d", NONDETERMINISTIC))
-    assert ledger.failing(strict=False) == ["CHANGED tests/test_m.py::test_a",
-                                            "ERROR tests/test_m.py::test_b"]
+    assert [(o.outcome, o.nodeid) for o in ledger.failing(strict=False)] == [
+        (CHANGED, "tests/test_m.py::test_a"), (ERROR, "tests/test_m.py::test_b")]
     assert len(ledger.failing(strict=True)) == 4
     assert handed(("a", IDENTICAL)).failing(strict=True) == []
 

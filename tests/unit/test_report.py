@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 from regression.compare import Difference
+from regression.outcomes import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
 from regression.report import (
-    CHANGED,
-    ERROR,
-    IDENTICAL,
-    NEW,
-    NONDETERMINISTIC,
-    CaseOutcome,
     github_annotations,
     markdown_summary,
     mismatch_message,

@@ -9,7 +9,7 @@ import pytest
 from regression.plugin.verdict import ABSENT, CHECKED_NOTHING, FAIL, FOREIGN_FIXTURE, KEEP, \
     NOTE, RECORDED, SKIP, UNREPRODUCED, Case, Verdict, changes_nothing, fixture_verdict, \
     verdict
-from regression.report import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
+from regression.outcomes import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
 from regression.store import record
 
 ID = "tests/test_m.py::test_case"
