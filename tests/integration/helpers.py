@@ -173,6 +173,17 @@ def make_subject_repo(path: Path, cache: Path) -> Repo:
     return repo
 
 
+def flat_subject_repo(path: Path, cache: Path) -> Repo:
+    """The tiny subject with a flat layout and `reference: HEAD`, written but not committed."""
+    repo = init_repo(path, cache)
+    repo.write("config.yaml", CONFIG.format(reference="HEAD", path="."))
+    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
+    repo.write("tasks.py", TASKS)
+    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
+    repo.write(".gitignore", "__pycache__/\n")
+    return repo
+
+
 class Mounts:
     """Real mounts for fault tests (a small disk, a read-only cache); undone by `undo`."""
 

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import SUBJECT, Repo, output
+# Imported before any in-process run: pytester removes the modules a run imported, and
+# torch (a C extension) cannot be imported twice in one process.
+import regression.plugin.fixture  # noqa: F401 - torch, safetensors, the store
+import regression.plugin.prepare  # noqa: F401 - the cache, the recording
+from helpers import CONFIG, SUBJECT, Repo, make_subject_repo, output
+
+pytest_plugins = ["pytester"]
 
 HELPED_SUBJECT = """\
 import torch
@@ -182,3 +189,440 @@ def test_gen_shows_why_a_test_file_did_not_collect(subject_repo: Repo) -> None:
     text = output(done)
     assert done.returncode == 2, text
     assert "error collecting tests/test_broken.py" in text and "nonexistent_mod" in text
+
+
+# Traps: a recorded case that does not run to its check, and a run that
+# ends early, each fail and say which case and why.
+#
+# One repository is recorded once (module scope); each test runs it with an environment
+# variable that turns one trap on. Where the plugin alone is judged, pytest runs in this
+# process (pytester); where the process boundary matters (early exits), `invoke test` runs.
+
+
+CONFTEST = """\
+import os
+import sys
+
+import pytest
+
+MODE = os.environ.get("ADV_MODE", "")
+END = os.environ.get("ADV_END", "")
+SESSION = []
+
+if END == "conftest-exit":
+    sys.exit(0)
+
+if MODE == "override":
+    class Fake:
+        def randn(self, *size):
+            import torch
+            return torch.zeros(*size)
+
+        def check(self, value, name=None):
+            pass
+
+    @pytest.fixture
+    def regression():
+        return Fake()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if MODE == "launder" and report.failed:
+        report.outcome = "passed"
+        report.longrepr = None
+    return report
+
+
+def pytest_collection_modifyitems(items):
+    if MODE == "drop":
+        items[:] = [i for i in items if "test_subj.py::test_forward" not in i.nodeid]
+
+
+def pytest_runtest_protocol(item):
+    if MODE == "protocol" and "regression" in item.fixturenames:
+        return True  # "handled": the case never runs, and nothing reports it
+
+
+def pytest_sessionstart(session):
+    SESSION.append(session)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    if END == "sessionfinish-exit":
+        raise SystemExit(0)
+
+
+def pytest_unconfigure(config):
+    if END == "status-reset":
+        SESSION[0].exitstatus = 0
+"""
+
+TRAPS = """\
+import os
+
+import pytest
+import subj
+
+MODE = os.environ.get("ADV_MODE", "")
+
+
+def out(regression):
+    return subj.forward(regression.randn(2, 4))
+
+
+@pytest.fixture
+def after_regression():
+    if MODE == "fixture-after":
+        pytest.skip("the candidate skips it in a fixture")
+
+
+@pytest.fixture
+def uses_regression(regression):
+    if MODE == "fixture-uses":
+        pytest.skip("a fixture that uses regression skips it")
+    return regression
+
+
+@pytest.mark.xfail(reason="known issue")
+def test_xfail_lax(regression):
+    regression.check(out(regression), name="out")
+
+
+@pytest.mark.xfail(MODE == "xfail-strict", reason="marked now", strict=True)
+def test_xfail_strict(regression):
+    regression.check(out(regression), name="out")
+
+
+@pytest.mark.xfail(MODE == "xfail-norun", reason="not run now", run=False)
+def test_xfail_norun(regression):
+    regression.check(out(regression), name="out")
+
+
+def test_xfail_call(regression):
+    regression.check(out(regression), name="out")
+    if MODE == "xfail-call":
+        pytest.xfail("xfail() called after the check")
+
+
+def test_skip_call(regression):
+    regression.check(out(regression), name="out")
+    if MODE == "skip-call":
+        pytest.skip("skip() called after the check")
+
+
+@pytest.mark.skipif("os.environ.get('ADV_MODE') == 'skipif'", reason="skipif on the candidate")
+def test_skipif(regression):
+    regression.check(out(regression), name="out")
+
+
+def test_fixture_after(regression, after_regression):
+    regression.check(out(regression), name="out")
+
+
+def test_fixture_uses(uses_regression):
+    uses_regression.check(out(uses_regression), name="out")
+
+
+def test_importorskip(regression):
+    if MODE == "importorskip":
+        pytest.importorskip("no_such_module_here")
+    regression.check(out(regression), name="out")
+"""
+
+MODULE_SKIP = """\
+import os
+
+import pytest
+
+if os.environ.get("ADV_MODE") == "module-skip":
+    pytest.importorskip("no_such_module_here")
+
+import subj
+
+
+def test_module(regression):
+    regression.check(subj.forward(regression.randn(2, 4)), name="out")
+"""
+
+ENDS = """\
+import os
+import signal
+import sys
+
+import pytest
+import subj
+
+END = os.environ.get("ADV_END", "")
+
+
+@pytest.fixture
+def ends_in_teardown():
+    yield
+    if END == "teardown":
+        os._exit(0)
+
+
+def test_ends(regression):
+    regression.check(subj.forward(regression.randn(2, 4)), name="out")
+    if END == "os._exit":
+        os._exit(0)
+    if END == "sys.exit":
+        sys.exit(0)
+    if END == "pytest.exit":
+        pytest.exit("stopped by the test", returncode=0)
+    if END == "KeyboardInterrupt":
+        raise KeyboardInterrupt
+    if END == "SIGKILL":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_teardown_ends(regression, ends_in_teardown):
+    regression.check(subj.forward(regression.randn(2, 4)), name="out")
+"""
+
+CHANGED_SUBJECT = SUBJECT.format(scale="1.5")
+ENDS_ONLY = ("--case", "tests/test_end.py")
+
+
+@pytest.fixture(scope="module")
+def traps(tmp_path_factory: pytest.TempPathFactory) -> Repo:
+    """The subject repository with every trap in its tests, recorded at HEAD. Tests must
+    not change it: in-process runs copy it, invoke runs only set variables."""
+    root = tmp_path_factory.mktemp("traps")
+    repo = make_subject_repo(root / "repo", root / "cache")
+    repo.write("config.yaml", CONFIG.format(reference="HEAD", path="."))
+    repo.write("tests/conftest.py", CONFTEST)
+    repo.write("tests/test_adv.py", TRAPS)
+    repo.write("tests/test_adv_module.py", MODULE_SKIP)
+    repo.write("tests/test_end.py", ENDS)
+    repo.commit("traps")
+    done = repo.invoke("gen")
+    assert done.returncode == 0, output(done)
+    assert "recorded 13 cases" in done.stdout, output(done)
+    return repo
+
+
+@pytest.fixture
+def plain(traps: Repo, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+          ) -> Iterator[pytest.Pytester]:
+    """A copy of the recorded repository for plain pytest in this process, its cache shared."""
+    shutil.copytree(traps.path, pytester.path, symlinks=True, dirs_exist_ok=True)
+    pytester.syspathinsert()
+    monkeypatch.setenv("REGRESSION_CACHE_DIR", str(traps.cache))
+    for name in ("ADV_MODE", "ADV_END"):
+        monkeypatch.delenv(name, raising=False)
+    yield pytester
+
+
+def _run(pytester: pytest.Pytester, mode: str, *args: str, changed: bool = False
+         ) -> tuple[int, str]:
+    """Plain pytest with the trap `mode` on (and the subject changed): exit code, output."""
+    pytester.path.joinpath("subj", "__init__.py").write_text(
+        CHANGED_SUBJECT if changed else SUBJECT.format(scale="1.0"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ADV_MODE", mode)
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p",
+                                              "no:hypothesispytest", *(args or ("tests",)))
+    return int(result.ret), result.stdout.str() + result.stderr.str()
+
+
+# 1. A recorded case must end identical, changed or error: no mark or fixture excuses it.
+
+@pytest.mark.slow
+def test_non_strict_xfail_does_not_hide_a_change(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "", "tests/test_adv.py::test_xfail_lax", changed=True)
+    assert code == 1, text
+    assert "CHANGED tests/test_adv.py::test_xfail_lax: 'out'" in text
+    assert "output 'out' is not bit-identical to the reference" in text
+    assert "xfailed" not in text
+
+
+def test_strict_xfail_marked_now_does_not_hide_a_change(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "xfail-strict", "tests/test_adv.py::test_xfail_strict",
+                      changed=True)
+    assert code == 1, text
+    assert "CHANGED tests/test_adv.py::test_xfail_strict" in text and "xfailed" not in text
+
+
+def test_xfail_that_does_not_run_the_case_is_an_error(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "xfail-norun", "tests/test_adv.py::test_xfail_norun")
+    assert code == 1, text
+    assert "ERROR tests/test_adv.py::test_xfail_norun: skipped, but the reference" in text
+    assert "recorded this case: [NOTRUN] not run now" in text
+
+
+def test_xfail_called_after_the_check_is_changed_or_an_error(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "xfail-call", "tests/test_adv.py::test_xfail_call", changed=True)
+    assert code == 1, text
+    assert "CHANGED tests/test_adv.py::test_xfail_call" in text and "xfailed" not in text
+    code, text = _run(plain, "xfail-call", "tests/test_adv.py::test_xfail_call")
+    assert code == 1, text
+    assert "ERROR tests/test_adv.py::test_xfail_call: skipped, but the reference" in text
+    assert "recorded this case: xfail() called after the check" in text
+
+
+def test_skip_called_after_the_check_is_an_error(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "skip-call", "tests/test_adv.py::test_skip_call")
+    assert code == 1, text
+    assert "ERROR tests/test_adv.py::test_skip_call: skipped, but the reference" in text
+    assert "recorded this case: skip() called after the check" in text
+
+
+def test_skipif_mark_on_a_recorded_case_is_an_error(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "skipif", "tests/test_adv.py::test_skipif")
+    assert code == 1, text
+    assert "ERROR tests/test_adv.py::test_skipif: skipped, but the reference" in text
+    assert "recorded this case: skipif on the candidate" in text
+
+
+def test_fixture_after_regression_that_skips_is_an_error(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "fixture-after", "tests/test_adv.py::test_fixture_after")
+    assert code == 1, text
+    assert "ERROR tests/test_adv.py::test_fixture_after: skipped, but the reference" in text
+    assert "the candidate skips it in a fixture" in text
+
+
+def test_fixture_that_uses_regression_and_skips_is_an_error(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "fixture-uses", "tests/test_adv.py::test_fixture_uses")
+    assert code == 1, text
+    assert "ERROR tests/test_adv.py::test_fixture_uses: skipped, but the reference" in text
+    assert "a fixture that uses regression skips it" in text
+
+
+def test_importorskip_in_the_body_is_an_error(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "importorskip", "tests/test_adv.py::test_importorskip")
+    assert code == 1, text
+    assert "ERROR tests/test_adv.py::test_importorskip: skipped, but the reference" in text
+    assert "could not import 'no_such_module_here'" in text
+
+
+def test_module_skipped_at_collection_is_an_error_for_its_recorded_cases(
+        plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "module-skip", "tests/test_adv_module.py", "tests/test_subj.py")
+    assert code == 1, text
+    assert "ERROR tests/test_adv_module.py::test_module: skipped as tests/test_adv_module.py " \
+           "was collected, but the reference" in text
+    assert "could not import 'no_such_module_here'" in text
+    assert "1 regression cases did not pass, which pytest's own count does not show" in text
+
+
+def test_a_conftest_regression_fixture_is_not_a_pass(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "override", "tests/test_adv.py::test_skip_call")
+    assert code == 1, text
+    assert "ERROR tests/test_adv.py::test_skip_call: the test's `regression` fixture is not " \
+           "torch-regression's" in text
+
+
+def test_a_hook_that_launders_reports_does_not_pass_a_change(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "launder", "tests/test_subj.py", changed=True)
+    assert code == 1, text
+    assert "2 passed" in text  # what the laundered report says; the run still fails
+    assert "CHANGED tests/test_subj.py::test_forward" in text
+    assert "regression cases did not pass, which pytest's own count does not show: " \
+           "CHANGED tests/test_subj.py::test_forward" in text
+
+
+def test_a_hook_that_runs_no_case_does_not_pass(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "protocol", "tests/test_subj.py")
+    assert code == 1, text
+    assert "1 passed" in text  # test_plain: pytest alone would call this run green
+    assert "1 of 1 regression cases this run was meant to check did not run, so it does not " \
+           "pass:\n  tests/test_subj.py::test_forward: did not run" in text
+
+
+def test_every_trap_off_the_recorded_repository_passes(plain: pytest.Pytester) -> None:
+    code, text = _run(plain, "")
+    assert code == 0, text
+    assert "13 cases: 13 identical" in text
+
+
+# 2. A run passes only on the check run's own completion record.
+
+@pytest.mark.parametrize("end, where", [
+    ("os._exit", "while running tests/test_end.py::test_ends"),
+    ("teardown", "while running tests/test_end.py::test_teardown_ends"),
+    ("SIGKILL", "was killed by signal 9 (SIGKILL) while running tests/test_end.py::test_ends"),
+    ("conftest-exit", "before any test started"),
+    ("sessionfinish-exit", "after 2 tests had ended, outside any test"),
+])
+def test_a_process_that_ends_early_does_not_pass(traps: Repo, end: str, where: str) -> None:
+    done = traps.invoke("test", *ENDS_ONLY, env={"ADV_END": end})
+    text = output(done)
+    assert done.returncode == 2, text
+    assert "torch-regression: the check run ended before it finished: its process" in text
+    assert where in text
+    assert "so nothing says every case was judged and the run does not pass" in text
+
+
+def test_gen_whose_process_ends_early_does_not_pass(traps: Repo) -> None:
+    done = traps.invoke("gen", env={"ADV_END": "conftest-exit"})
+    text = output(done)
+    assert done.returncode == 2, text
+    assert "the check run ended before it finished: its process exited with code 0 before " \
+           "any test started" in text
+
+
+def test_pytest_exit_with_code_0_names_the_cases_it_cut_short(traps: Repo) -> None:
+    done = traps.invoke("test", *ENDS_ONLY, env={"ADV_END": "pytest.exit"})
+    text = output(done)
+    assert done.returncode == 1, text
+    assert "2 of 2 regression cases this run was meant to check did not run" in text
+    assert "tests/test_end.py::test_ends: the run stopped in this case: pytest.exit('stopped " \
+           "by the test') was called" in text
+    assert "tests/test_end.py::test_teardown_ends: the run stopped before it: pytest.exit(" \
+           "'stopped by the test') was called in tests/test_end.py::test_ends" in text
+
+
+def test_sys_exit_or_keyboard_interrupt_in_a_case_do_not_pass(traps: Repo) -> None:
+    done = traps.invoke("test", *ENDS_ONLY, env={"ADV_END": "sys.exit"})
+    assert done.returncode == 1, output(done)
+    assert "ERROR tests/test_end.py::test_ends: SystemExit: 0" in output(done)
+    done = traps.invoke("test", *ENDS_ONLY, env={"ADV_END": "KeyboardInterrupt"})
+    text = output(done)
+    assert done.returncode == 2, text
+    assert "tests/test_end.py::test_teardown_ends: the run stopped before it: it was " \
+           "interrupted (KeyboardInterrupt" in text
+
+
+def test_an_exit_status_reset_to_0_does_not_pass_a_change(traps: Repo) -> None:
+    traps.write("subj/__init__.py", CHANGED_SUBJECT)
+    try:
+        done = traps.invoke("test", *ENDS_ONLY, env={"ADV_END": "status-reset"})
+    finally:
+        traps.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
+    text = output(done)
+    assert done.returncode == 1, text
+    assert "torch-regression: the exit status was set to 0 after the run was judged (by a " \
+           "hook?), but 2 regression cases did not pass: CHANGED tests/test_end.py::test_ends, " \
+           "CHANGED tests/test_end.py::test_teardown_ends" in text
+
+
+def test_a_case_a_hook_drops_without_deselecting_fails_the_run(traps: Repo) -> None:
+    done = traps.invoke("test", "--case", "tests/test_subj.py", env={"ADV_MODE": "drop"})
+    text = output(done)
+    assert done.returncode == 1, text
+    assert "tests/test_subj.py::test_forward: removed from the run by a " \
+           "pytest_collection_modifyitems hook" in text
+
+
+def test_plain_pytest_stopped_by_pytest_exit_does_not_pass(plain: pytest.Pytester,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    monkeypatch.setenv("ADV_END", "pytest.exit")
+    code, text = _run(plain, "", "tests/test_end.py")
+    assert code == 1, text
+    assert "2 of 2 regression cases this run was meant to check did not run" in text
+    assert "tests/test_end.py::test_ends: the run stopped in this case: pytest.exit(" \
+           "'stopped by the test') was called" in text
+
+
+def test_plain_pytest_with_its_exit_status_reset_to_0_does_not_pass(
+        plain: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADV_END", "status-reset")
+    code, text = _run(plain, "", "tests/test_end.py", changed=True)
+    assert code == 1, text
+    assert "the exit status was set to 0 after the run was judged (by a hook?), but 2 " \
+           "regression cases did not pass: CHANGED tests/test_end.py::test_ends" in text

@@ -1,15 +1,19 @@
-"""The reference's subject is imported from the worktree, whatever sys.path says."""
+"""The reference's subject is imported from the worktree, whatever sys.path says; and what
+else recording executes and reads of the subject is the reference's, or the recording stops
+and names the file."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import sysconfig
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import (CONFIG, SUBJECT, TASKS, TESTS, Repo, init_repo, installable_pyproject,
-                     output, venv_with_wheel)
+from helpers import (CONFIG, SUBJECT, TASKS, TESTS, Repo, flat_subject_repo, init_repo,
+                     installable_pyproject, output, venv_with_wheel)
 
 ROOT_CONFTEST = """\
 import subj  # imported while conftest loads: before any test, with rootdir first on sys.path
@@ -95,3 +99,208 @@ def test_installed_from_a_wheel_with_warnings_as_errors(subject_repo: Repo, tmp_
         done = subject_repo.invoke(task, "--reference", "HEAD", python=python)
         assert done.returncode == 0, output(done)
         assert "Warning" not in output(done)
+
+
+# What recording executes and reads: the reference's code and data, or the recording stops
+# and names the file. Each way in is one case of a shared run.
+
+
+ROOT_OF_TESTS = "ROOT = Path(__file__).resolve().parents[1]  # the working tree\n"
+
+# Each test reaches one file of the subject's folder by an absolute path into the working
+# tree, by a mechanism that is not an import by name: (test file body, file it reaches).
+MECHANISMS = {
+    "spec_from_file_location": ("""\
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("other_name", ROOT / "subj" / "alt.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # never put into sys.modules
+        VALUE = module.FACTOR
+        """, "subj/alt.py (run; the subject's)"),
+    "runpy_run_path": ("""\
+        import runpy
+        VALUE = runpy.run_path(str(ROOT / "subj" / "runme.py"))["FACTOR"]
+        """, "subj/runme.py (run; the subject's)"),
+    "exec_of_open": ("""\
+        space = {}
+        exec(open(ROOT / "subj" / "execme.py").read(), space)
+        VALUE = space["FACTOR"]
+        """, "subj/execme.py (run; the subject's)"),
+    "source_file_loader": ("""\
+        import importlib.machinery
+        import importlib.util
+        loader = importlib.machinery.SourceFileLoader("loaded", str(ROOT / "subj" / "sfl.py"))
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader("loaded", loader))
+        loader.exec_module(module)
+        VALUE = module.FACTOR
+        """, "subj/sfl.py (run; the subject's)"),
+    "sys_path_insert": ("""\
+        import sys
+        sys.path.insert(0, str(ROOT / "subj"))  # as a .pth file would
+        import inner
+        VALUE = inner.FACTOR
+        """, "inner (subj/inner.py)"),  # in sys.modules: named as a module
+    "path_read_text": ("""\
+        import json
+        VALUE = json.loads((ROOT / "subj" / "scale.json").read_text())["scale"]
+        """, "subj/scale.json (read; the subject's)"),
+    "torch_load": ("""\
+        import torch
+        VALUE = float(torch.load(ROOT / "subj" / "weights.pt")[0])
+        """, "subj/weights.pt (read; the subject's)"),
+    "safetensors_load_file": ("""\
+        from safetensors.torch import load_file
+        VALUE = float(load_file(str(ROOT / "subj" / "w.safetensors"))["w"][0])
+        """, "subj/w.safetensors (read; the subject's)"),
+    "binary_open": ("""\
+        with open(ROOT / "subj" / "raw.bin", "rb") as stream:
+            VALUE = stream.read()[0] / 2.0
+        """, "subj/raw.bin (read; the subject's)"),
+    "os_open": ("""\
+        import os
+        handle = os.open(ROOT / "data" / "offsets.txt", os.O_RDONLY)
+        VALUE = float(os.read(handle, 8))
+        os.close(handle)
+        """, "data/offsets.txt (read)"),
+}
+
+TEST_TEMPLATE = """\
+from pathlib import Path
+
+import subj
+
+{root}{body}
+
+def test_{name}(regression):
+    regression.check(subj.forward(regression.randn(2, 4)) * VALUE)
+"""
+
+
+def _write_binaries(repo: Repo) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    torch.save(torch.ones(3), repo.path / "subj" / "weights.pt")
+    save_file({"w": torch.ones(3)}, str(repo.path / "subj" / "w.safetensors"))
+    (repo.path / "subj" / "raw.bin").write_bytes(b"\x02\x00")
+
+
+@dataclass
+class Run:
+    """A finished command and the cache it used."""
+
+    done: subprocess.CompletedProcess[str]
+    cache: Path
+
+
+@pytest.fixture(scope="module")
+def mechanisms(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One recording whose tests reach the working tree by every mechanism at once."""
+    root = tmp_path_factory.mktemp("mechanisms")
+    repo = flat_subject_repo(root / "repo", root / "cache")
+    for name in ("alt", "runme", "execme", "sfl", "inner", "runmod"):
+        repo.write(f"subj/{name}.py", "FACTOR = 1.0\n")
+    repo.write("subj/scale.json", '{"scale": 1.0}\n')
+    repo.write("data/offsets.txt", "1.0\n")
+    _write_binaries(repo)
+    for name, (body, _) in MECHANISMS.items():
+        repo.write(f"tests/test_{name}.py", TEST_TEMPLATE.format(
+            root=ROOT_OF_TESTS, body=textwrap.dedent(body), name=name))
+    repo.write("tests/test_run_module.py", """\
+        import runpy
+
+        import subj
+
+
+        def test_run_module(regression):  # by name: through the redirect, the reference's
+            factor = runpy.run_module("subj.runmod")["FACTOR"]
+            regression.check(subj.forward(regression.randn(2, 4)) * factor)
+        """)
+    repo.commit("tests that reach the subject's files by path")
+    return Run(repo.invoke("gen"), root / "cache")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_a_file_reached_by_path_stops_the_recording(mechanisms: Run, name: str) -> None:
+    done = mechanisms.done
+    assert done.returncode == 2, output(done)
+    assert "read while recording at the reference" in done.stderr
+    assert f"  {MECHANISMS[name][1]}\n" in done.stderr
+    assert "Nothing was stored" in done.stderr and "`harness`" in done.stderr
+    assert "Traceback" not in output(done)
+    assert not list(mechanisms.cache.rglob("*.safetensors"))
+
+
+def test_a_subject_module_run_by_name_is_the_reference_s(mechanisms: Run) -> None:
+    done = mechanisms.done
+    assert done.returncode == 2, output(done)
+    assert "subj/runme.py (run; the subject's)" in done.stderr  # runpy.run_path: named
+    assert "runmod" not in done.stderr  # runpy.run_module goes through the redirect
+
+
+RELATIVE_TESTS = """\
+import json
+import runpy
+
+import torch
+
+import subj
+from subj import data
+
+
+def test_open_relative(regression):
+    with open("subj/scale.json") as stream:  # relative to the working folder
+        scale = json.load(stream)["scale"]
+    regression.check(subj.forward(regression.randn(2, 4)) * scale)
+
+
+def test_subject_reads_relative(regression):
+    regression.check(subj.forward(regression.randn(2, 4)) * data.scale())
+
+
+def test_torch_load_relative(regression):
+    regression.check(subj.forward(regression.randn(2, 4)) * torch.load("subj/weights.pt"))
+
+
+def test_run_module(regression):
+    factor = runpy.run_module("subj.runmod")["FACTOR"]
+    regression.check(subj.forward(regression.randn(2, 4)) * factor)
+"""
+
+
+@pytest.fixture(scope="module")
+def relative_reads(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The subject's files, read by relative paths, changed in the working tree only."""
+    import torch
+
+    root = tmp_path_factory.mktemp("relative")
+    repo = flat_subject_repo(root / "repo", root / "cache")
+    repo.write("subj/data.py", """\
+        import json
+        from pathlib import Path
+
+
+        def scale():
+            return json.loads(Path("subj/scale.json").read_text())["scale"]
+        """)
+    repo.write("subj/runmod.py", "FACTOR = 1.0\n")
+    repo.write("subj/scale.json", '{"scale": 1.0}\n')
+    torch.save(torch.ones(3), repo.path / "subj" / "weights.pt")
+    repo.write("tests/test_relative.py", RELATIVE_TESTS)
+    repo.commit("the subject reads its data by relative paths")
+    repo.write("subj/runmod.py", "FACTOR = 2.0\n")
+    repo.write("subj/scale.json", '{"scale": 2.0}\n')
+    torch.save(torch.full((3,), 2.0), repo.path / "subj" / "weights.pt")
+    return Run(repo.invoke("test", "--reference", "HEAD"), root / "cache")
+
+
+@pytest.mark.parametrize("case", ["test_open_relative", "test_subject_reads_relative",
+                                  "test_torch_load_relative", "test_run_module"])
+@pytest.mark.slow
+def test_relative_reads_while_recording_are_the_reference_s(relative_reads: Run,
+                                                            case: str) -> None:
+    done = relative_reads.done
+    assert done.returncode == 1, output(done)
+    assert f"CHANGED tests/test_relative.py::{case}" in output(done)
+    assert "4 changed" in output(done)

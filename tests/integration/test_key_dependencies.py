@@ -1,4 +1,5 @@
-"""The key covers the subject's dependencies: another installed version of one changes it.
+"""The key covers the subject's dependencies: another installed version of one changes it;
+and it covers the test code: an edited helper of the tests re-records.
 
 tabulate (small, pure Python, no dependencies of its own) stands for einops or torchvision:
 two of its releases are installed from this machine's package index into folders of their
@@ -7,12 +8,13 @@ own, and put on the path in turn.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import Repo, installable_pyproject, output
+from helpers import Repo, flat_subject_repo, installable_pyproject, output
 
 from regression.config import load_settings
 from regression.fingerprint import environment_parts, key_of, key_packages
@@ -95,3 +97,158 @@ def test_an_excluded_dependency_is_not_in_the_key(
     config.write_text(config.read_text() + "fingerprint:\n  exclude_packages: [tabulate]\n")
     keys = _keys_by_version(config, tabulate_releases, monkeypatch)
     assert keys[OLD] == keys[NEW]
+
+
+# The key covers the test code: the test modules, the helpers they import (also a test module
+# imported by another, or a helper imported only while a case runs) and the data files of the
+# test folders. An edit there re-records; it is never taken for a change of the subject.
+
+
+HELPED_TESTS = """\
+import json
+from pathlib import Path
+
+import subj
+from models import build
+from test_other import shift  # a test module, imported as a helper
+
+
+def test_built(regression):
+    regression.check(subj.forward(build(regression.randn(2, 4)) + shift()))
+
+
+def test_lazy(regression):
+    import lazy  # imported only while the case runs
+
+    regression.check(subj.forward(regression.randn(2, 4)) * lazy.FACTOR)
+
+
+def test_data(regression):
+    shift = json.loads((Path(__file__).parent / "data" / "in.json").read_text())["shift"]
+    regression.check(subj.forward(regression.randn(2, 4) + shift))
+"""
+
+
+@pytest.fixture(scope="module")
+def helped(tmp_path_factory: pytest.TempPathFactory) -> Repo:
+    """A recorded repository whose tests use a helper module, a helper imported inside a
+    case, and a data file of the test folder. Tests copy it with `_copy`."""
+    root = tmp_path_factory.mktemp("helped")
+    repo = flat_subject_repo(root / "repo", root / "cache")
+    repo.write("tests/models.py", "def build(x):\n    return x\n")
+    repo.write("tests/lazy.py", "FACTOR = 1.0\n")
+    repo.write("tests/data/in.json", '{"shift": 0.0}\n')
+    repo.write("tests/test_helped.py", HELPED_TESTS)
+    repo.write("tests/test_other.py", """\
+        import subj
+
+
+        def shift():
+            return 0.0
+
+
+        def test_other(regression):
+            regression.check(subj.forward(regression.randn(2, 4)))
+        """)
+    repo.commit("tests with helpers")
+    done = repo.invoke("gen")
+    assert done.returncode == 0, output(done)
+    return repo
+
+
+def _copy(repo: Repo, to: Path) -> Repo:
+    shutil.copytree(repo.path, to / "repo", symlinks=True)
+    shutil.copytree(repo.cache, to / "cache", symlinks=True)
+    return Repo(to / "repo", to / "cache")
+
+
+def test_an_edited_helper_re_records_instead_of_a_false_change(helped: Repo,
+                                                                tmp_path: Path) -> None:
+    repo = _copy(helped, tmp_path)
+    repo.write("tests/models.py", "def build(x):\n    return x * 2\n")
+    done = repo.invoke("test")
+    assert done.returncode == 0, output(done)
+    assert "recording 4 of 4 cases" in output(done)
+    assert "4 identical" in output(done)
+
+
+def test_a_helper_edit_compensated_in_the_subject_is_caught(helped: Repo,
+                                                            tmp_path: Path) -> None:
+    repo = _copy(helped, tmp_path)
+    repo.write("tests/models.py", "def build(x):\n    return x * 2\n")  # exact: a power of 2
+    subject = (repo.path / "subj" / "__init__.py").read_text()
+    repo.write("subj/__init__.py", subject.replace("linear(x,", "linear(x / 2,"))
+    done = repo.invoke("test")
+    assert done.returncode == 1, output(done)
+    assert "CHANGED tests/test_helped.py::test_built" in output(done)
+
+
+def test_a_lazy_helper_and_a_data_file_of_the_tests_are_in_the_key(helped: Repo,
+                                                                   tmp_path: Path) -> None:
+    repo = _copy(helped, tmp_path)
+    repo.write("tests/lazy.py", "FACTOR = 2.0\n")
+    repo.write("tests/data/in.json", '{"shift": 1.0}\n')
+    done = repo.invoke("test", "--no-gen")
+    assert done.returncode == 2, output(done)
+    assert "4 of 4 cases have no valid reference" in done.stderr
+    assert ("tests/test_helped.py::test_lazy: test code it uses changed: tests/data/in.json, "
+            "tests/lazy.py") in done.stderr
+
+
+def test_plain_pytest_names_the_changed_helper(helped: Repo, tmp_path: Path) -> None:
+    repo = _copy(helped, tmp_path)
+    repo.write("tests/models.py", "def build(x):\n    return x + 1\n")
+    done = repo.pytest("-p", "no:xdist", "--regression-no-gen", "tests")
+    assert done.returncode == 1, output(done)
+    assert ("test code it uses changed since the reference was recorded (tests/models.py); "
+            "run `invoke gen` to record it again") in done.stdout
+
+
+def test_the_key_covers_the_test_code(helped: Repo, tmp_path: Path) -> None:
+    repo = _copy(helped, tmp_path)
+    before = repo.invoke("key", "--explain")
+    repo.write("tests/models.py", "def build(x):\n    return x + 1\n")
+    after = repo.invoke("key", "--explain")
+    assert before.returncode == after.returncode == 0, output(before) + output(after)
+    assert before.stdout.splitlines()[-1] != after.stdout.splitlines()[-1]
+    assert "test code: 4 Python files under tests" in after.stdout
+
+
+def test_a_test_module_imported_by_another_is_its_helper(helped: Repo, tmp_path: Path) -> None:
+    repo = _copy(helped, tmp_path)
+    other = (repo.path / "tests" / "test_other.py").read_text()
+    repo.write("tests/test_other.py", other.replace("return 0.0", "return 1.0"))
+    done = repo.invoke("test", "--no-gen")
+    assert done.returncode == 2, output(done)
+    assert ("tests/test_helped.py::test_built: test code it uses changed: "
+            "tests/test_other.py") in done.stderr
+    assert "tests/test_other.py::test_other: its test file or a conftest.py changed" in \
+        done.stderr
+
+
+@pytest.mark.slow
+def test_xdist_workers_record_in_the_worktree_and_watch_it(helped: Repo, tmp_path: Path) -> None:
+    repo = _copy(helped, tmp_path)
+    repo.write("subj/scale.json", '{"scale": 1.0}\n')
+    repo.write("tests/test_reads.py", """\
+        import json
+        from pathlib import Path
+
+        import subj
+
+
+        def test_relative(regression):
+            scale = json.loads(Path("subj/scale.json").read_text())["scale"]
+            regression.check(subj.forward(regression.randn(2, 4)) * scale)
+
+
+        def test_absolute(regression):
+            data = Path(__file__).resolve().parents[1] / "subj" / "__init__.py"
+            regression.check(subj.forward(regression.randn(2, 4)) * len(data.read_text()))
+        """)
+    repo.commit("a relative and an absolute read")
+    done = repo.invoke("gen", "--reference", "HEAD", "--workers", "2")
+    assert done.returncode == 2, output(done)
+    assert "  subj/__init__.py (run; the subject's)\n" in done.stderr
+    assert "scale.json" not in done.stderr  # relative: the worktree's copy
+    assert "Traceback" not in output(done)

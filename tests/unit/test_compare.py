@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,9 @@ from hypothesis import strategies as st
 
 from regression.compare import Difference, compare, compare_tensors
 from regression.tensordiff import pieces as _pieces
+from test_fixture import _tf32_off, stored_and_loaded  # noqa: F401 - _tf32_off: an autouse
+# fixture (TF32 and reduced-precision reductions off), as check() needs
+from test_store import VIEWS, checked
 
 
 def only(differences: list[Difference]) -> Difference:
@@ -529,3 +534,28 @@ def test_identical_tensors_are_compared_in_one_pass_without_a_scan(
         assert compare(reference, actual) == []
     with pytest.raises(AssertionError, match="scanned"):  # a difference is still scanned
         compare(values, torch.tensor([1.0, float("nan"), 0.0, float("inf")]))
+
+
+# Views whose memory does not read as their values (a lazy negative bit), recorded through the
+# cache's real files and checked: compared by their values, bit for bit (test_store.py stores
+# them).
+
+
+@pytest.mark.parametrize("make", [VIEWS["negative bit (z.conj().imag)"],
+                                  VIEWS["negative bit, contiguous"],
+                                  VIEWS["negative bit, 0-d"]],
+                         ids=["conj-imag", "neg-view", "0-d"])
+def test_a_negative_view_that_differs_is_changed_not_an_error(
+        make: Callable[[], torch.Tensor], tmp_path: Path) -> None:
+    record = stored_and_loaded(make(), tmp_path)
+    now = make().detach().resolve_neg() + 1  # plain values, one more than recorded
+    failure = checked(record, torch._neg_view(-now))  # the same values, read through a bit
+    assert failure is not None and "output 'out' is not bit-identical" in failure
+
+
+def test_a_negative_view_keeps_minus_zero_apart_from_zero(tmp_path: Path) -> None:
+    record = stored_and_loaded(torch.tensor([0.0, 1.0]), tmp_path)
+    failure = checked(record, torch._neg_view(torch.tensor([0.0, -1.0])))  # reads -0.0, 1.0
+    assert failure is not None and "1 of 2 elements differ" in failure
+    again = stored_and_loaded(torch._neg_view(torch.tensor([0.0, -1.0])), tmp_path / "again")
+    assert checked(again, torch.tensor([-0.0, 1.0])) is None

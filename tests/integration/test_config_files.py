@@ -1,4 +1,4 @@
-"""Adversarial config.yaml files: each is a clear error naming the file, the line, the key,
+"""Bad config.yaml files: each is a clear error naming the file, the line, the key,
 the problem and the fix, in bounded time. Loaded in-process; a few real `invoke` runs prove
 exit code 2 and no traceback at the task boundary."""
 

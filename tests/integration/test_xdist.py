@@ -1,4 +1,4 @@
-"""Adversarial cases for pytest-xdist: what a worker has to say (warnings, progress,
+"""pytest-xdist workers: what a worker has to say (warnings, progress,
 refusals, errors, its own crash) reaches the user once, from the controller; a refusal
 exits 2 with no INTERNALERROR and no traceback, with -n in the repository's addopts as with
 `--workers`."""
