@@ -308,7 +308,10 @@ class Check:
             if error is not None:
                 self._refuse(error)
             earlier = self.job.read_result()
-            return self._prepare(everything, selected, quiet=earlier is not None)
+            prepared = self._prepare(everything, selected, quiet=earlier is not None)
+            # written before the next worker takes the lock: it finds this one's work done
+            self.job.write_result(CheckResult(prepared.generation))
+            return prepared
 
     def _prepare(self, everything: list[pytest.Item], selected: set[str],
                  quiet: bool = False) -> Prepared:

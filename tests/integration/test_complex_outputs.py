@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from helpers import CONFIG, output, stored_bytes, stored_files, tagged_repo
 
 SUBJECT = """\
@@ -42,6 +44,7 @@ def test_digest(regression):
 """
 
 
+@pytest.mark.slow
 def test_complex_spectra_are_recorded_and_a_changed_imaginary_part_is_caught(
         tmp_path: Path) -> None:
     repo = tagged_repo(tmp_path / "repo", tmp_path / "cache", {

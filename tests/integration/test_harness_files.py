@@ -79,6 +79,7 @@ def test_data_halved_and_subject_doubled_fails_cold(tmp_path: Path, beside: bool
     assert (repo.path / "tests" / "data" / "in.json").read_text() == '{"scale": 0.5}\n'
 
 
+@pytest.mark.slow
 def test_data_halved_and_subject_doubled_fails_warm(tmp_path: Path) -> None:
     repo = _repo(tmp_path / "repo", tmp_path / "cache")
     first = repo.invoke("gen")
@@ -91,6 +92,7 @@ def test_data_halved_and_subject_doubled_fails_warm(tmp_path: Path) -> None:
     assert again.returncode == 1 and "3 changed" in output(again), output(again)
 
 
+@pytest.mark.slow
 def test_data_edited_alone_is_no_change_of_the_subject(tmp_path: Path) -> None:
     repo = _repo(tmp_path / "repo", tmp_path / "cache")
     first = repo.invoke("gen")

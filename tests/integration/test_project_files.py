@@ -99,6 +99,7 @@ def _key_explained(repo: Repo, *folders: Path) -> tuple[str, str]:
     return done.stdout.strip().splitlines()[-1], done.stdout
 
 
+@pytest.mark.slow
 def test_a_dependency_declared_only_in_requirements_txt_is_in_the_key(
         subject_repo: Repo, tmp_path: Path) -> None:
     """timm declares numpy only in requirements.txt: another installed version of it must

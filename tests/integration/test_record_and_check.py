@@ -406,6 +406,7 @@ def test_a_recording_whose_check_run_was_killed_stops_and_stores_nothing(
     assert "recording 13 of 13 cases" in done.stdout, output(done)
 
 
+@pytest.mark.slow
 def test_a_run_cut_short_records_no_doubtful_case_alone_and_stores_nothing_for_it(
         tmp_path: Path) -> None:
     """The new case runs first here and clashes at the reference (this run holds the port
