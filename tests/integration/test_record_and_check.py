@@ -490,9 +490,10 @@ from safetensors.torch import load_file, save
 
 @pytest.mark.parametrize("index", range(4))
 def test_exported_and_loaded(regression, index):
-    with open(SHARED, "wb") as stream:  # written by Python, read back by native code
+    with open(SHARED + ".new", "wb") as stream:  # written by Python, read by native code
         stream.write(save({"out": subj.forward(regression.randn(2, 4) + index)}))
-    regression.check(load_file(SHARED)["out"])
+    os.replace(SHARED + ".new", SHARED)  # not truncated under the other's memory map
+    regression.check(load_file(SHARED)["out"].clone())
 """,
     "lock": """
 @pytest.mark.parametrize("index", range(4))
@@ -533,8 +534,8 @@ def test_a_case_that_shares_a_file_or_port_with_the_check_run_is_never_stored_fr
     assert f"this recording and the check run beside it used {shared}" in text, text
     last = cold.stdout.rstrip().splitlines()[-1]  # pytest's own line agrees: nothing passed
     assert "passed" not in last and "error" in last, text
-    if kind != "port":  # a connection the other run's listener dropped may fail a case
-        assert re.search(r"\n=+ 4 errors in ", cold.stdout), text
+    if kind == "safetensors":  # elsewhere a case may fail as it runs (a half-written file,
+        assert re.search(r"\n=+ 4 errors in ", cold.stdout), text  # a dropped connection)
     for _ in range(2):
         warm = repo.invoke("test", env=env)
         assert warm.returncode == 1, output(warm)
