@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -127,6 +128,13 @@ class Repo:
             "status": self.git("status", "--porcelain", "--untracked-files=all"),
             "files": files,
         }
+
+
+def interruptible() -> None:
+    """A child's `preexec_fn`: Ctrl-C (SIGINT) interrupts it, as in a terminal, also where
+    this suite was started in the background (a shell's `&` ignores SIGINT, and a child
+    inherits that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def output(done: subprocess.CompletedProcess[str]) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import warm_python
-from helpers import Mounts, Repo, fill, make_subject_repo, output
+from helpers import Mounts, Repo, fill, interruptible, make_subject_repo, output
 
 from regression.errors import CacheError, StoreError
 from regression.fingerprint import digest
@@ -274,7 +274,7 @@ def test_ctrl_c_while_recording_shows_progress_and_keeps_what_was_stored(
     repo = Repo(big_repo.path, tmp_path / "cache")
     gen = subprocess.Popen([sys.executable, "-m", "invoke", "gen"], cwd=repo.path,
                            env=repo.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
+                           text=True, start_new_session=True, preexec_fn=interruptible)
     assert gen.stdout is not None
     seen = []
     for line in gen.stdout:  # progress, live: a line per case as it finishes

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CONFIG, SUBJECT, TESTS, Repo, make_subject_repo, output
+from helpers import CONFIG, SUBJECT, TESTS, Repo, interruptible, make_subject_repo, output
 
 SUBJECT_NOW = SUBJECT.format(scale="2.0") + '''
 
@@ -250,7 +250,7 @@ def test_ctrl_c_while_recording_and_checking_keeps_what_was_stored(tmp_path: Pat
     repo.commit("many slow cases")
     test = subprocess.Popen([sys.executable, "-m", "invoke", "test"], cwd=repo.path,
                             env=repo.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 300
     while len(list(repo.cache.glob("*/cases/*.safetensors"))) < 3:  # three cases staged
         assert test.poll() is None and time.monotonic() < deadline, test.communicate()[0]
