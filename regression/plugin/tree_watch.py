@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from regression.run.overlap import note_native_readers
 from regression.plugin.strays import THIS_PACKAGE, is_package_above, library_folders
 
 
@@ -153,7 +154,7 @@ def watch_tree(watch: TreeWatch) -> None:
     """Make `watch` the active one, installing the audit hook once per process."""
     if not _HOOKED:
         sys.addaudithook(_audit)
-        _note_native_opens()
+        note_native_readers()  # their files raise an audit event too
         _note_import_statements()
         _HOOKED.append(True)
     _WATCHES[:] = [watch]
@@ -190,26 +191,6 @@ def _note_imported(module: ModuleType, name: str, fromlist: Sequence[str] | None
                 _WATCHES[0].saw(origin, "import")
     except Exception:  # noqa: BLE001 - the user's import must not fail here
         return
-
-
-def _note_native_opens() -> None:
-    """safetensors opens its files in Rust, which raises no audit event: its `safe_open`
-    notes the file first. `import safetensors` loads no torch; its framework modules take
-    `safe_open` from it when they are imported, or are patched here if they were before."""
-    try:
-        import safetensors
-    except ImportError:
-        return
-    original = safetensors.safe_open
-
-    def safe_open(filename: Any, *args: Any, **kwargs: Any) -> Any:
-        _audit("open", (filename, "r", os.O_RDONLY))
-        return original(filename, *args, **kwargs)
-
-    for name, module in list(sys.modules.items()):
-        if (name == "safetensors" or name.startswith("safetensors.")) and \
-                getattr(module, "safe_open", None) is original:
-            setattr(module, "safe_open", safe_open)
 
 
 def stop_watching() -> None:

@@ -19,6 +19,7 @@ code both writes and reads is not seen (docs/limits.md).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -180,11 +181,12 @@ _WRAPPED: set[str] = set()
 
 def note_native_readers() -> None:
     """Readers whose native code opens files itself, raising no audit event, raise one
-    first: safetensors' `safe_open` (its `load_file` calls it) and `torch.from_file`, where
-    loaded (call again once they are). The event reaches every hook: this watch's and the
-    recording's watch of the user's tree. Idempotent."""
-    safetensors = sys.modules.get("safetensors")
-    if safetensors is not None and "safe_open" not in _WRAPPED:
+    first: safetensors' `safe_open` (its `load_file` calls it) and `torch.from_file`, once
+    torch is loaded (call again once it is). The event reaches every hook: this watch's
+    and the recording's watch of the user's tree. Idempotent."""
+    if "safe_open" not in _WRAPPED and importlib.util.find_spec("safetensors") is not None:
+        import safetensors  # loads no torch: its framework modules take the wrapper
+
         _wrap_reader(safetensors, "safe_open", "safetensors.")
         _WRAPPED.add("safe_open")
     torch = sys.modules.get("torch")
