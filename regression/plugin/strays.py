@@ -89,15 +89,20 @@ def stray_message(stray: Mapping[str, str], subjects: frozenset[str] = frozenset
             + "\n".join(fixes))
 
 
-def require_own_files(stray: Mapping[str, str], refused: Mapping[str, str]) -> None:
+def require_own_files(stray: Mapping[str, str], refused: Mapping[str, str],
+                      unkeyed: Mapping[str, str] | None = None,
+                      packages: Sequence[str] = ()) -> None:
     """Raise StrayImportError, in one message, naming every module (`stray`, by name) and
     every other file (`refused`, by path, with how: "read", "run", "...; the subject's")
-    the recording took from the working tree, and the fix for each kind."""
+    the recording took from the working tree, every file of the reference outside the
+    subject's code (`unkeyed`, by path, with how; `packages`: the subject's), and the fix
+    for each kind."""
     named = set(stray.values())
     subjects = frozenset(path for path, how in refused.items() if how.endswith(SUBJECTS))
     refused = {path: how for path, how in sorted(refused.items()) if path not in named}
     messages = ([stray_message(stray, subjects)] if stray else []) + \
-        ([read_message(refused)] if refused else [])
+        ([read_message(refused)] if refused else []) + \
+        ([unkeyed_message(unkeyed, packages)] if unkeyed else [])
     if messages:
         raise StrayImportError("\n".join([*messages, NOTHING_STORED]))
 
@@ -141,3 +146,25 @@ def read_message(refused: Mapping[str, str]) -> str:
     return ("these files of your working tree were run or read while recording at the "
             f"reference, so their current content would pass as the reference's:\n{lines}\n"
             f"{fixes}")
+
+
+def unkeyed_message(unkeyed: Mapping[str, str], packages: Sequence[str]) -> str:
+    """What is said about files of the reference, outside the subject's code, that the
+    recording ran or read: the key holds only the subject's code, so a commit that changed
+    them alone would reuse this reference."""
+    lines = "\n".join(f"  {name} ({how})" for name, how in sorted(unkeyed.items()))
+    code = any(how == "run" for how in unkeyed.values())
+    data = any(how != "run" for how in unkeyed.values())
+    fixes = []
+    if code:
+        fixes.append("Fix: code run from the reference outside the subject: add its package "
+                     "to config.yaml's `subject.packages` (its code is then in the key).")
+    if data:
+        fixes.append(f"Fix: a data file: move it into a subject package ({', '.join(packages)}"
+                     "), whose code and files the key holds; or list it in config.yaml's "
+                     "`harness` (both runs then read your working tree's, and its bytes are in "
+                     "the key).")
+    return ("these files of the reference were run or read while recording, outside the "
+            f"subject's code, which is all of the reference the cache key holds (its git "
+            f"trees): a commit that changed only them would reuse this recording:\n{lines}\n"
+            + "\n".join(fixes))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -33,9 +34,18 @@ class TreeWatch:
     """
 
     def __init__(self, project: Path, free: Sequence[Path], free_files: Sequence[Path],
-                 subject: Sequence[Path], tests: Sequence[Path]) -> None:
+                 subject: Sequence[Path], tests: Sequence[Path],
+                 reference: Path | None = None, keyed: Sequence[Path] = ()) -> None:
         self.project = project.resolve()
         self.prefix = str(self.project) + os.sep
+        self.reference = reference.resolve() if reference is not None else None
+        """The reference's project folder (in its worktree), whose files are watched too:
+        the key holds only its subject's code (`keyed`: folders and files), so any other
+        file of the reference the recording reads is refused (reference_reads)."""
+        self.reference_prefix = str(self.reference) + os.sep if self.reference else "\0"
+        self.keyed = tuple(p.resolve() for p in keyed)
+        self.started = time.time_ns()
+        """A file of the reference changed since is the recording's own (it wrote it)."""
         self.free = tuple(p.resolve() for p in free) + library_folders() + (THIS_PACKAGE,)
         self.free_files = frozenset(p.resolve() for p in free_files)
         self.subject = tuple(p.resolve() for p in subject)
@@ -57,7 +67,7 @@ class TreeWatch:
         real = self._real.get(absolute)
         if real is None:
             real = self._real[absolute] = self._resolved(absolute)
-        if not real.startswith(self.prefix):
+        if not real.startswith(self.prefix) and not real.startswith(self.reference_prefix):
             return
         if how == "import":
             self.imported.add(real)
@@ -109,6 +119,9 @@ class TreeWatch:
         helpers: set[Path] = set()
         for real, how in sorted(self.seen.items()):
             path = _source_of(Path(real))
+            if not path.is_relative_to(self.project) or (
+                    self.reference is not None and path.is_relative_to(self.reference)):
+                continue  # the reference's (reference_reads)
             if path in modules or path.name == "conftest.py" or path in self.free_files \
                     or path.is_dir():
                 continue  # hashed into the cases' harness already, or a folder
@@ -120,6 +133,27 @@ class TreeWatch:
                 where = "; the subject's" if subject.parts else ""
                 refused[path.relative_to(self.project).as_posix()] = f"{how}{where}"
         return refused, sorted(helpers)
+
+    def reference_reads(self) -> dict[str, str]:
+        """The files of the reference (relative name -> "read" or "run") that the recording
+        took outside the subject's code, the only part of the reference the key holds; a
+        file written since the recording began is its own, not the reference's."""
+        if self.reference is None:
+            return {}
+        found: dict[str, str] = {}
+        for real, how in sorted(self.seen.items()):
+            path = _source_of(Path(real))
+            if not path.is_relative_to(self.reference) or path.is_dir() \
+                    or any(path == k or path.is_relative_to(k) for k in self.keyed):
+                continue
+            try:
+                if os.stat(path).st_mtime_ns >= self.started:
+                    continue
+            except OSError:
+                continue  # gone: made and removed by the recording
+            found[path.relative_to(self.reference).as_posix()] = \
+                "run" if path.suffix in _CODE else how
+        return found
 
     def _is_free(self, path: Path) -> bool:
         """Package metadata, inside a free folder (worktree, cache, .git, libraries), or the
