@@ -20,9 +20,10 @@ from regression.dependencies import declared as declared_requirements
 from regression.determinism import no_cuda_message
 from regression.errors import DeterminismError
 
-FORMAT_VERSION = "3"
+FORMAT_VERSION = "4"
 """2: each case stores the digests of the helpers its tests used (older entries lack them).
-3: a tensor may be stored as a digest node (older tools would refuse such a record)."""
+3: a tensor may be stored as a digest node (older tools would refuse such a record).
+4: the key holds the subject's git objects at the reference, not the reference's commit."""
 
 # Environment variables that select kernels or code paths in torch, MKL and oneDNN.
 KERNEL_VARIABLES = (
@@ -39,9 +40,12 @@ KERNEL_VARIABLES = (
 )
 
 
-def environment_parts(settings: Settings, reference_sha: str,
+def environment_parts(settings: Settings, code: str,
                       packages: Sequence[str] | None = None) -> dict[str, str]:
     """Every fact except the harness that the reference's bits depend on, by name.
+
+    `code` is the subject's code at the reference (code_part): its git trees, not the
+    commit, so commits that leave the subject alone share one reference.
 
     `packages` names the packages whose installed versions are in the key, as the process
     that made the job found them (`packages_in` its parts); None reads them from the
@@ -53,7 +57,7 @@ def environment_parts(settings: Settings, reference_sha: str,
     names = [p.name for p in key_packages(settings)] if packages is None else packages
     return {
         "format": FORMAT_VERSION,
-        "reference": reference_sha,
+        "subject code": code,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "torch": f"{torch.__version__} (git {torch.version.git_version})",
         "packages": _package_versions(names),
@@ -69,6 +73,12 @@ def environment_parts(settings: Settings, reference_sha: str,
             f"deterministic_algorithms={determinism.deterministic_algorithms} tf32=off"
         ),
     }
+
+
+def code_part(objects: Iterable[tuple[str, str, str]]) -> str:
+    """The key's part for the subject's code: each (path, kind, object id) at the reference,
+    as revision.subject_objects finds them ("subj tree 1a2b...; util.py blob 3c4d...")."""
+    return "; ".join(" ".join(item for item in entry if item) for entry in objects)
 
 
 def digest(data: bytes | bytearray) -> str:

@@ -42,11 +42,13 @@ NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 and starts no file-system monitor (a daemon that would watch a temporary worktree)."""
 
 
-def git_process(where: Repository | Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run git in `where` with GIT_* stripped and no hooks; the one place that starts git."""
+def git_process(where: Repository | Path, *args: str, given: str | None = None
+                ) -> subprocess.CompletedProcess[str]:
+    """Run git in `where` with GIT_* stripped and no hooks, `given` on its standard input;
+    the one place that starts git."""
     folder = where.working_dir if isinstance(where, Repository) else where
     try:
-        return subprocess.run(["git", *NO_HOOKS, "-C", str(folder), *args],
+        return subprocess.run(["git", *NO_HOOKS, "-C", str(folder), *args], input=given,
                               env=git_environment(os.environ),
                               capture_output=True, encoding="utf-8", errors="replace",
                               check=False)

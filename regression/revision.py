@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
-from regression.errors import RevisionError
+from regression.errors import GitError, RevisionError
 from regression.gitcmd import Repository, git_process, is_shallow, run_git, short
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -206,3 +207,31 @@ def _only_remote(repo: Repository, revision: str) -> str:
             f"only the remote branch {' and '.join(remotes)}. Fix: write "
             f"{remotes[0] + revision[len(name):]!r} in config.yaml or --reference (it moves "
             f"with every fetch), or create the branch: `git branch {name} {remotes[0]}`.")
+
+
+def subject_objects(repo: Repository, sha: str, folder: str, packages: Sequence[str]
+                    ) -> list[tuple[str, str, str]]:
+    """(path, "tree" or "blob", object id) at commit `sha` of each subject package in
+    `folder` (relative to the repository's top, "" for the top): its folder, else its
+    module file, else the whole of `folder` (an extension module, a link, a package git does
+    not hold: what the import could find there). One git process for all of them."""
+    def path(name: str) -> str:
+        return f"{folder}/{name}" if folder else name
+
+    asked = [*(path(p) for p in packages), *(path(f"{p}.py") for p in packages), folder]
+    command = ("cat-file", "--batch-check=%(objectname) %(objecttype)")
+    done = git_process(repo, *command, given="".join(f"{sha}:{name}\n" for name in asked))
+    answers = done.stdout.splitlines()
+    if done.returncode != 0 or len(answers) != len(asked):
+        raise GitError(" ".join(["git", *command]), repo.working_dir, done.stderr.strip())
+    found = {name: tuple(answer.split()) for name, answer in zip(asked, answers)}
+    objects: dict[str, tuple[str, str, str]] = {}
+    for package in packages:
+        for name, kind in ((path(package), "tree"), (path(f"{package}.py"), "blob"),
+                           (folder, "tree")):
+            if found[name][-1:] == (kind,):
+                objects.setdefault(name, (name or ".", kind, found[name][0]))
+                break
+        else:
+            objects.setdefault(folder, (folder or ".", "missing", ""))
+    return list(objects.values())

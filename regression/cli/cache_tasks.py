@@ -20,10 +20,12 @@ def _cache_dir() -> Path:
 
 
 def _configured_references(settings: Settings) -> dict[str, str]:
-    """config.yaml's reference and named references by commit, to mark their entries; one
-    that does not resolve here (a shallow clone, no repository) is left out."""
-    from regression.gitcmd import open_repo
+    """config.yaml's reference and named references by their subject's code (the key's
+    part), each with its label and commit, to mark their entries; one that does not resolve
+    here (a shallow clone, no repository) is left out."""
+    from regression.gitcmd import open_repo, short
     from regression.revision import resolve_revision
+    from regression.run.types import subject_code
 
     named = [(f"config.yaml's reference {settings.reference}", settings.reference),
              *((f"config.yaml's references.{name}: {revision}", revision)
@@ -35,7 +37,8 @@ def _configured_references(settings: Settings) -> dict[str, str]:
     found: dict[str, str] = {}
     for label, revision in named:
         try:
-            found.setdefault(resolve_revision(repo, revision), label)
+            sha = resolve_revision(repo, revision)
+            found.setdefault(subject_code(settings, repo, sha), f"{label} ({short(sha)})")
         except RegressionError:
             continue
     return found

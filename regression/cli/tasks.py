@@ -292,6 +292,7 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
     if explain:
         for name, value in suite.entry.parts.items():
             print(f"{name}: {value}")
+        print(reference_line(suite.reference.sha, suite.reference.revision))
         for line in [*device_details(suite.reference.settings.device),
                      *package_lines(suite.reference.settings), *_harness_lines(suite)]:
             print(line)
@@ -303,6 +304,14 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
     if github_output:
         _append_github_output("key", line)
     print(line)
+
+
+def reference_line(sha: str, revision: str) -> str:
+    """For `key --explain`: the commit the subject code was read from, which the key leaves
+    out."""
+    named = f" ({revision})" if revision != sha else ""
+    return (f"reference: commit {sha}{named}, where the subject code was read; not in the "
+            "key: a commit that leaves the subject alone shares this reference")
 
 
 def key_code_line(root: Path, tests: Sequence[str], found: int) -> str:

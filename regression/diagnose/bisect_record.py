@@ -7,7 +7,7 @@ from dataclasses import replace
 from regression.diagnose.bisection import Bisection, Differences, Echo, Outputs, count
 from regression.errors import RegressionError
 from regression.run.generation import find_nondeterministic, generate
-from regression.run.types import Suite
+from regression.run.types import Suite, at_commit
 from regression.store.cache import Entry
 from regression.store.record import ABSENT, NONDETERMINISTIC
 from regression.store.inventory import BISECT
@@ -16,9 +16,10 @@ from regression.gitcmd import short
 
 def suite_at(suite: Suite, sha: str, cases: list[str]) -> Suite:
     """The suite recorded at `sha`, narrowed to `cases`."""
-    reference = replace(suite.reference, revision=sha, sha=sha)
-    entry = Entry(suite.entry.directory.parent, {**suite.entry.parts, "reference": sha},
-                  made_by=BISECT)
+    reference = at_commit(suite.reference, sha)
+    entry = Entry(suite.entry.directory.parent,
+                  {**suite.entry.parts, "subject code": reference.code}, made_by=BISECT,
+                  reference=sha)
     return replace(suite, reference=reference, entry=entry,
                    cases={c: suite.cases[c] for c in cases})
 

@@ -57,10 +57,10 @@ class Alongside:
                 or getattr(known, "regression_no_gen", False):
             return
         from regression.run.underway import Underway
-        from regression.store.cache import names_reference
+        from regression.store.cache import names_code
 
         try:
-            if not names_reference(settings.cache_dir, job.reference):
+            if not names_code(settings.cache_dir, job.resolved.code):
                 self.early = Underway(job.resolved)
         except RegressionError:
             pass  # the run records as it would have, and says then what is wrong

@@ -64,7 +64,7 @@ class Collector:
         cases = {i.nodeid: digests.of(i.path) for i in [*items, *self.deselected]
                  if uses_fixture(i)}
         selected = [i.nodeid for i in items if uses_fixture(i)]
-        parts = environment_parts(self.settings, self.job.reference)
+        parts = environment_parts(self.settings, self.job.resolved.code)
         self.job.write_result(CollectResult(dict(sorted(cases.items())), selected, parts))
 
     def fixture(self, item: pytest.Item) -> object:

@@ -63,7 +63,8 @@ def _prepare(reference: Reference, job: CheckJob | None, items: list[pytest.Item
     spec = job.shard if job else None
     chosen = shard_cases(settings, (i.nodeid for i in items if uses_fixture(i)), spec)
     cases = {i.nodeid: harness.of(i.path) for i in items if i.nodeid in chosen}
-    entry = Entry(settings.cache_dir, environment_parts(settings, reference.sha))
+    entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
+                  reference=reference.sha)
     subject_root = Path(job.subject_root) if job and job.subject_root else None
     suite = Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
                   workers=job.workers if job else 0,

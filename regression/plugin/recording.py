@@ -12,7 +12,7 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generator, Protocol
+from typing import TYPE_CHECKING, Any, Generator, Protocol, Sequence
 
 import pytest
 
@@ -219,7 +219,9 @@ class Recording:
         files = [self.settings.path, *(root / n for n in _PYTEST_SETTINGS),
                  *extra_harness_files(root, self.settings.harness)]
         subject = [root / self.settings.subject_path / p for p in self.settings.subject_packages]
-        return TreeWatch(root, free, files, subject, [root / t for t in self.settings.tests])
+        return TreeWatch(root, free, files, subject, [root / t for t in self.settings.tests],
+                         Path(self.job.workdir), keyed_paths(self.subject_root,
+                                                             self.settings.subject_packages))
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if role(session.config) == CONTROLLER:
@@ -328,9 +330,9 @@ class Recording:
         The key's packages are the job's: this process reads none of the project's files."""
         if self._entry is None:
             with own_reads():
-                parts = environment_parts(self.settings, self.job.reference,
+                parts = environment_parts(self.settings, self.job.resolved.code,
                                           packages_in(self.job.parts))
-            entry = Entry(self.settings.cache_dir, parts)
+            entry = Entry(self.settings.cache_dir, parts, reference=self.job.reference)
             if entry.parts != self.job.parts:
                 raise RegressionError(
                     "the recording process sees another environment than the one that "
@@ -409,13 +411,15 @@ class Recording:
         harness = extra_harness_files(root, self.settings.harness)
         stray = stray_modules(root, [self.subject_root, *tests], harness)
         refused: dict[str, str] = {}
+        unkeyed: dict[str, str] = {}
         if self.watch is not None:
             self.watch.saw_modules()
             self.watch.saw_mappings()
             stop_watching()
             refused, helpers = self.watch.sorted_out(self.test_modules)
             self.helpers = helper_digests(root, helpers)
-        require_own_files(stray, refused)
+            unkeyed = self.watch.reference_reads()
+        require_own_files(stray, refused, unkeyed, self.settings.subject_packages)
 
     def not_collected(self, nodeid: str) -> str:
         """Why a case that did not run is not in the reference; "" if it was collected."""
@@ -435,3 +439,19 @@ class Recording:
             self.job.write_error(error)
         elif self.relay is not None:
             self.relay.send(ERROR, json.dumps(error_data(error)))
+
+
+def keyed_paths(subject_root: Path, packages: Sequence[str]) -> list[Path]:
+    """The subject's code in the reference's worktree, as the key holds it
+    (revision.subject_objects): each package's folder, else its module file, else the whole
+    subject folder."""
+    found = []
+    for package in packages:
+        folder, module = subject_root / package, subject_root / f"{package}.py"
+        if folder.is_dir() and not folder.is_symlink():
+            found.append(folder)
+        elif module.is_file() and not module.is_symlink():
+            found.append(module)
+        else:
+            found.append(subject_root)
+    return found

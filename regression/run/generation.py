@@ -219,7 +219,8 @@ def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo
 
     settings = reference.settings
     determinism.prepare_process(settings.device)  # as the check run does: its key
-    entry = Entry(settings.cache_dir, environment_parts(settings, reference.sha))
+    entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
+                  reference=reference.sha)
     wanted = {n: h for n in nodeids if (h := entry.digested_harness(n)) is not None}
     kept = [record for n in wanted if (record := entry.load_case(n)) is not None]
     if not wanted:

@@ -28,6 +28,9 @@ class Reference:
     repo: Repository
     revision: str
     sha: str
+    code: str
+    """The subject's code at `sha`, as the key holds it (fingerprint.code_part): found once,
+    by the process the user started; its children get it in their job."""
 
     @cached_property  # asked for by every phase of every case
     def label(self) -> str:
@@ -44,7 +47,27 @@ def resolve(settings: Settings, reference: str | None) -> Reference:
 
     revision = settings.revision_for(reference)
     repo = open_repo(settings.root)
-    return Reference(settings, repo, revision, resolve_revision(repo, revision))
+    sha = resolve_revision(repo, revision)
+    return Reference(settings, repo, revision, sha, subject_code(settings, repo, sha))
+
+
+def at_commit(reference: Reference, sha: str) -> Reference:
+    """`reference` moved to the commit `sha` (bisect's), its subject's code found again."""
+    return replace(reference, revision=sha, sha=sha,
+                   code=subject_code(reference.settings, reference.repo, sha))
+
+
+def subject_code(settings: Settings, repo: Repository, sha: str) -> str:
+    """The key's part for the subject's code at commit `sha`: the git objects of its
+    packages (one git process)."""
+    from regression.fingerprint import code_part
+    from regression.revision import subject_objects
+
+    top = Path(repo.working_dir).resolve()
+    folder = (settings.root / settings.subject_path).resolve()
+    relative = folder.relative_to(top).as_posix() if folder.is_relative_to(top) else "."
+    return code_part(subject_objects(repo, sha, "" if relative == "." else relative,
+                                     settings.subject_packages))
 
 
 def shard_cases(settings: Settings, cases: Iterable[str], spec: ShardSpec | None) -> set[str]:

@@ -39,10 +39,11 @@ def stamp(path: Path) -> Stamp | None:
     return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
 
-def names_reference(cache_dir: Path, sha: str) -> bool:
-    """Whether an entry of the cache, of any environment, was made for the reference `sha`
-    (read without torch, which the key needs). Where none was, a run records every case;
-    True where that cannot be told (a folder unreadable)."""
+def names_code(cache_dir: Path, code: str) -> bool:
+    """Whether an entry of the cache, of any environment, was made for the subject's code
+    `code` (the key's "subject code" part; read without torch, which the key needs). Where
+    none was, a run records every case; True where that cannot be told (a folder
+    unreadable)."""
     try:
         folders = [p for p in os.scandir(cache_dir) if p.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
@@ -57,7 +58,7 @@ def names_reference(cache_dir: Path, sha: str) -> bool:
             parts = load_verified(identity).get("parts")
         except (OSError, StoreError):
             return True
-        if isinstance(parts, dict) and parts.get("reference") == sha:
+        if isinstance(parts, dict) and parts.get("subject code") == code:
             return True
     return False
 
@@ -65,11 +66,15 @@ def names_reference(cache_dir: Path, sha: str) -> bool:
 class Entry:
     """The cached reference for one environment fingerprint."""
 
-    def __init__(self, cache_dir: Path, parts: Mapping[str, str], made_by: str = "") -> None:
+    def __init__(self, cache_dir: Path, parts: Mapping[str, str], made_by: str = "",
+                 reference: str = "") -> None:
         self.parts = dict(parts)
         self.made_by = made_by
         """The command that created the entry when it was not gen or test ("bisect"): shown
         by cache.list, and pruned first. Not part of the key."""
+        self.reference = reference
+        """The commit the entry was made at (its full SHA), shown by cache.list. Not part of
+        the key: commits whose subject's code is the same share one entry."""
         self.key = key_of(self.parts)
         self.directory = cache_dir / self.key
         self.cases = self.directory / CASES
@@ -89,7 +94,7 @@ class Entry:
         if not isinstance(parts, dict):
             raise StoreError(f"{directory / ENTRY_FILE} holds no fingerprint")
         entry = cls(directory.parent, {str(k): str(v) for k, v in parts.items()},
-                    str(body.get("made_by", "")))
+                    str(body.get("made_by", "")), str(body.get("reference", "")))
         if entry.directory != directory:
             raise CacheError(f"{directory} is foreign: its fingerprint hashes to {entry.key}, "
                              "not to its folder's name")
@@ -158,7 +163,8 @@ class Entry:
         self.require_own_folders()
         if not self.exists():
             body = {"format": FORMAT, "parts": self.parts, "created": time.time(),
-                    **({"made_by": self.made_by} if self.made_by else {})}
+                    **({"made_by": self.made_by} if self.made_by else {}),
+                    **({"reference": self.reference} if self.reference else {})}
             try:
                 write_atomic(self.directory / ENTRY_FILE, dump_verified(body))
             except CacheWriteError as exc:

@@ -91,7 +91,8 @@ def removed_lines(removed: list[EntryInfo]) -> list[str]:
 def list_lines(cache_dir: Path, configured: Mapping[str, str] | None = None) -> list[str]:
     """A table of the entries: reference, key, cases, size, last used, what made it, what
     sets it apart; then what the marks mean. `configured`: config.yaml's references by
-    commit (their entries are marked *)."""
+    their subject's code (the key's part), each with its label (their entries are marked
+    *)."""
     configured = configured or {}
     infos = entries(cache_dir)
     if not infos:
@@ -101,8 +102,8 @@ def list_lines(cache_dir: Path, configured: Mapping[str, str] | None = None) -> 
     lines = [f"  {'reference':12}  {'key':16}  {'cases':>5}  {'size':>9}  {'last used':16}  "
              f"{'made by':8}  distinguished by"]
     for info in infos:
-        reference = info.entry.parts.get("reference", "?") if info.entry else "?"
-        mark = "*" if reference in configured else " "
+        reference = _commit(info)
+        mark = "*" if info.entry and info.entry.parts.get(CODE) in configured else " "
         apart = ("; ".join(f"{p}={info.entry.parts.get(p, '')}" for p in varying)
                  if info.entry else f"NOT AN ENTRY, {_fate(info)}: {info.fault}")
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.last_used))
@@ -112,6 +113,17 @@ def list_lines(cache_dir: Path, configured: Mapping[str, str] | None = None) -> 
     return lines + _legend(infos, configured)
 
 
+CODE = "subject code"
+"""The key's part that sets apart the references of one environment."""
+
+
+def _commit(info: EntryInfo) -> str:
+    """The commit an entry was made at; an entry of format 3 or older held it in its key."""
+    if info.entry is None:
+        return "?"
+    return info.entry.reference or info.entry.parts.get("reference", "?")
+
+
 def _made_by(info: EntryInfo) -> str:
     if info.entry is None:
         return "?"
@@ -119,18 +131,19 @@ def _made_by(info: EntryInfo) -> str:
 
 
 def made_by_bisect(info: EntryInfo, configured: Collection[str] = ()) -> bool:
-    """An entry `invoke bisect` made for a commit that is not one of config.yaml's
-    references: the first to go when the cache is pruned."""
+    """An entry `invoke bisect` made for a commit that shares no subject's code with
+    config.yaml's references (`configured`: their subject code parts): the first to go when
+    the cache is pruned."""
     return info.entry is not None and info.entry.made_by == BISECT \
-        and info.entry.parts.get("reference") not in configured
+        and info.entry.parts.get(CODE) not in configured
 
 
 def _legend(infos: list[EntryInfo], configured: Mapping[str, str]) -> list[str]:
     """What the mark and the bisect entries mean, under the table."""
-    present = {i.entry.parts.get("reference") for i in infos if i.entry}
-    lines = [f"* {label} ({short(sha)})" if sha in present
-             else f"  {label} ({short(sha)}) has no entry here: `invoke gen` records it"
-             for sha, label in configured.items()]
+    present = {i.entry.parts.get(CODE) for i in infos if i.entry}
+    lines = [f"* {label}" if code in present
+             else f"  {label} has no entry here: `invoke gen` records it"
+             for code, label in configured.items()]
     bisected = sum(made_by_bisect(info, configured) for info in infos)
     if bisected:
         lines.append(f"{bisected} {'entry' if bisected == 1 else 'entries'} made by `invoke "
@@ -146,7 +159,7 @@ def _fate(info: EntryInfo) -> str:
 def _varying_parts(all_parts: list[dict[str, str]]) -> list[str]:
     names = list(dict.fromkeys(name for parts in all_parts for name in parts))
     return [n for n in names
-            if n != "reference" and len({parts.get(n) for parts in all_parts}) > 1]
+            if n not in ("reference", CODE) and len({parts.get(n) for parts in all_parts}) > 1]
 
 
 def verify(cache_dir: Path) -> list[str]:

@@ -16,7 +16,7 @@ from regression.fingerprint import (
     key_of,
 )
 
-PART_NAMES = ["format", "reference", "python", "torch", "packages", "platform", "subject", "cpu",
+PART_NAMES = ["format", "subject code", "python", "torch", "packages", "platform", "subject", "cpu",
               "math libraries", "kernel variables", "threads", "device", "determinism"]
 
 ONEAPI_CONFIG = """\
@@ -60,8 +60,8 @@ def test_environment_parts_has_every_expected_part(tmp_path: Path) -> None:
 def test_environment_parts_reflect_the_settings(tmp_path: Path) -> None:
     chosen = settings(tmp_path, determinism=Determinism(seed=5, threads=3,
                                                         deterministic_algorithms=False))
-    parts = environment_parts(chosen, "f" * 40)
-    assert parts["reference"] == "f" * 40
+    parts = environment_parts(chosen, "zoo tree " + "f" * 40)
+    assert parts["subject code"] == "zoo tree " + "f" * 40
     assert parts["threads"] == "3"
     assert parts["device"] == "cpu"
     assert parts["determinism"] == "seed=5 deterministic_algorithms=False tf32=off"

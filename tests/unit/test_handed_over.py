@@ -1,6 +1,6 @@
 """What the check run trusts of a recording still under way: a staged case handed over is
 checked as a stored one is (store/cache.py `staged_record`), and whether the cache holds an
-entry for a reference at all is told without torch (`names_reference`)."""
+entry for the reference's subject code at all is told without torch (`names_code`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from regression.errors import StoreError
-from regression.store.cache import Entry, names_reference
+from regression.store.cache import Entry, names_code
 from regression.store.record import ABSENT, CaseRecord, Output
 from regression.store.cachedir import ENTRY_FILE
 
-PARTS = {"format": "3", "reference": "a" * 40, "torch": "2.x", "threads": "1"}
+CODE_A, CODE_B = "subj tree " + "a" * 40, "subj tree " + "b" * 40
+PARTS = {"format": "4", "subject code": CODE_A, "torch": "2.x", "threads": "1"}
 NODEID = "tests/test_model.py::test_forward"
 
 
@@ -66,26 +67,26 @@ def test_a_tensor_file_changed_after_the_hand_over_is_refused(entry: Entry) -> N
         entry.staged_record(NODEID, body)
 
 
-def test_names_reference_finds_an_entry_of_the_reference_in_any_environment(
+def test_names_code_finds_an_entry_of_the_subject_code_in_any_environment(
         entry: Entry, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    assert names_reference(cache, "a" * 40)
-    assert not names_reference(cache, "b" * 40)
-    Entry(cache, {**PARTS, "reference": "b" * 40, "torch": "other"}).create()
-    assert names_reference(cache, "b" * 40)
+    assert names_code(cache, CODE_A)
+    assert not names_code(cache, CODE_B)
+    Entry(cache, {**PARTS, "subject code": CODE_B, "torch": "other"}).create()
+    assert names_code(cache, CODE_B)
 
 
-def test_names_reference_of_a_missing_cache_is_false(tmp_path: Path) -> None:
-    assert not names_reference(tmp_path / "nothing here", "a" * 40)
+def test_names_code_of_a_missing_cache_is_false(tmp_path: Path) -> None:
+    assert not names_code(tmp_path / "nothing here", CODE_A)
 
 
-def test_names_reference_says_yes_when_an_entry_cannot_be_read(entry: Entry,
+def test_names_code_says_yes_when_an_entry_cannot_be_read(entry: Entry,
                                                                tmp_path: Path) -> None:
     """Unsure means no early recording: the run records as it always did."""
     (entry.directory / ENTRY_FILE).write_text("not verified json")
-    assert names_reference(tmp_path / "cache", "b" * 40)
+    assert names_code(tmp_path / "cache", CODE_B)
 
 
-def test_names_reference_skips_folders_without_an_identity(tmp_path: Path) -> None:
+def test_names_code_skips_folders_without_an_identity(tmp_path: Path) -> None:
     (tmp_path / "cache" / "leftover").mkdir(parents=True)
-    assert not names_reference(tmp_path / "cache", "a" * 40)
+    assert not names_code(tmp_path / "cache", "a" * 40)

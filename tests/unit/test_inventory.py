@@ -32,7 +32,7 @@ from regression.store.inventory import (
 )
 
 REFERENCE = "0123456789abcdef0123456789abcdef01234567"
-PARTS = {"format": "1", "reference": REFERENCE, "torch": "2.x", "threads": "1"}
+PARTS = {"format": "4", "subject code": f"subj tree {REFERENCE}", "torch": "2.x", "threads": "1"}
 NODEID = "tests/test_model.py::test_forward"
 DAY = 86400.0
 
@@ -42,10 +42,17 @@ def cache(tmp_path: Path) -> Path:
     return tmp_path / "cache"
 
 
+def code(sha: str) -> str:
+    """The subject code part of a commit whose subject's tree id is the commit's SHA."""
+    return f"subj tree {sha}"
+
+
 def make_entry(cache_dir: Path, used: float | None = None, made_by: str = "",
-               **changes: str) -> Entry:
-    """An entry holding one case with a tensor, last used at `used` when given."""
-    entry = Entry(cache_dir, {**PARTS, **changes}, made_by=made_by)
+               reference: str = REFERENCE, **changes: str) -> Entry:
+    """An entry holding one case with a tensor, made at the commit `reference` (whose
+    subject code differs from every other's), last used at `used` when given."""
+    entry = Entry(cache_dir, {**PARTS, "subject code": code(reference), **changes},
+                  made_by=made_by, reference=reference)
     entry.create()
     entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("y", torch.arange(4.0)),)))
     if used is not None:
@@ -179,7 +186,8 @@ def test_list_distinguishes_entries_only_by_the_parts_that_differ(cache: Path) -
     assert first.startswith("  " + "f" * 12 + "  " + old.key[:16])
     assert second.startswith("  " + REFERENCE[:12])
     assert first.endswith("threads=1") and second.endswith("threads=2")
-    assert "torch=" not in first + second and "reference=" not in first + second
+    assert "torch=" not in first + second and "reference=" not in first + second \
+        and "subject code=" not in first + second
 
 
 def test_list_of_entries_differing_only_by_reference_says_so(cache: Path) -> None:
@@ -187,6 +195,16 @@ def test_list_of_entries_differing_only_by_reference_says_so(cache: Path) -> Non
     make_entry(cache, used=2000.0, reference="b" * 40)
     assert [line.endswith("  the reference only") for line in list_lines(cache)[1:]] == \
         [True, True]
+
+
+def test_list_shows_the_commit_an_entry_was_made_at_which_is_not_in_its_key(
+        cache: Path) -> None:
+    made = make_entry(cache, used=1000.0, reference="c" * 40, threads="1")
+    assert made.key == Entry(cache, made.parts, reference="d" * 40).key
+    old = Entry(cache, {"format": "3", "reference": "e" * 40, "torch": "2.x", "threads": "2"})
+    old.create()  # format 3: the commit was a part of the key
+    rows = list_lines(cache)[1:3]
+    assert [row[2:14] for row in rows] == ["c" * 12, "e" * 12]
 
 
 def test_list_marks_an_unreadable_entry(cache: Path) -> None:
@@ -200,7 +218,7 @@ def test_list_marks_the_configured_reference_and_says_which_it_is(cache: Path) -
     other = "e" * 40
     make_entry(cache, used=1000.0, reference=other)
     make_entry(cache, used=2000.0)
-    lines = list_lines(cache, {REFERENCE: "config.yaml's reference v1.0"})
+    lines = list_lines(cache, {code(REFERENCE): f"config.yaml's reference v1.0 ({REFERENCE[:12]})"})
     rows = {line[2:14]: line for line in lines[1:3]}
     assert rows[REFERENCE[:12]].startswith("* ") and rows[other[:12]].startswith("  ")
     assert lines[3:] == [f"* config.yaml's reference v1.0 ({REFERENCE[:12]})"]
@@ -208,7 +226,7 @@ def test_list_marks_the_configured_reference_and_says_which_it_is(cache: Path) -
 
 def test_list_says_when_the_configured_reference_has_no_entry(cache: Path) -> None:
     make_entry(cache, reference="e" * 40)
-    lines = list_lines(cache, {REFERENCE: "config.yaml's reference v1.0"})
+    lines = list_lines(cache, {code(REFERENCE): f"config.yaml's reference v1.0 ({REFERENCE[:12]})"})
     assert not any(line.startswith("*") for line in lines)
     assert lines[-1] == (f"  config.yaml's reference v1.0 ({REFERENCE[:12]}) has no entry "
                          "here: `invoke gen` records it")
@@ -219,7 +237,7 @@ def test_list_names_the_entries_bisect_made_and_that_prune_takes_them_first(
     for sha in "abc":
         make_entry(cache, used=1000.0, made_by="bisect", reference=sha * 40)
     make_entry(cache, used=500.0, made_by="bisect")  # bisect ran from the reference
-    lines = list_lines(cache, {REFERENCE: "config.yaml's reference v1.0"})
+    lines = list_lines(cache, {code(REFERENCE): f"config.yaml's reference v1.0 ({REFERENCE[:12]})"})
     made = [line.split()[-4] for line in lines[1:5]]  # made by, before "the reference only"
     assert made == ["bisect"] * 4
     assert lines[-1] == ("3 entries made by `invoke bisect` (one per commit it recorded): "
@@ -246,7 +264,7 @@ def test_prune_by_size_removes_what_bisect_made_before_older_entries(cache: Path
     at_reference = make_entry(cache, used=1500.0, made_by="bisect", threads="3")
     kept = sum(i.size for i in entries(cache) if i.directory in (old.directory,
                                                                  at_reference.directory))
-    removed = prune(cache, max_size=kept, older_than=None, configured={REFERENCE})
+    removed = prune(cache, max_size=kept, older_than=None, configured={code(REFERENCE)})
     assert [i.directory for i in removed] == [e.directory for e in bisected]
     assert old.directory.exists() and at_reference.directory.exists()
 

@@ -26,7 +26,7 @@ def _reference(tmp_path: Path) -> Reference:
                         determinism=Determinism(seed=3, threads=2, repeat=2), device="cuda",
                         fingerprint_packages=("numpy",), pins={"tests/*vit*": 2})
     return Reference(settings, Repository(str(tmp_path), str(tmp_path / ".git")), "v1",
-                     "a" * 40)
+                     "a" * 40, "subj tree " + "b" * 40)
 
 
 def _jobs(tmp_path: Path) -> list[CollectJob | RecordJob | CheckJob]:
