@@ -15,7 +15,6 @@ from typing import Iterator, Sequence
 from regression.errors import CollectionError, RunIncompleteError
 from regression.fingerprint import digest, files_digest
 from regression.harness import python_files_under
-from regression.gitcmd import short
 from regression.revision import resolve_revision
 from regression.worktree import reference_worktree
 from regression.run.completion import settle
@@ -103,11 +102,14 @@ def run_check(reference: Reference, job: CheckJob, args: Sequence[str],
 
 
 def cache_key(suite: Suite) -> str:
-    """The key CI's cache uses: the environment entry, every case's harness, every Python file
-    under the test folders (helpers are known only once recorded), the shard."""
+    """The key CI's cache uses: the subject's code (not the commit: a commit that leaves the
+    subject alone restores the same cache), the environment entry, every case's harness,
+    every Python file under the test folders (helpers are known only once recorded), the
+    shard."""
+    subject = digest(suite.reference.code.encode())[:12]
     code = files_digest(suite.reference.settings.root, key_code_files(suite))
     harness = digest(json.dumps([sorted(suite.cases.items()), code]).encode())
-    key = f"torch-regression-{short(suite.reference.sha)}-{suite.entry.key[:16]}-{harness[:16]}"
+    key = f"torch-regression-{subject}-{suite.entry.key[:16]}-{harness[:16]}"
     return f"{key}-shard{suite.shard.index}of{suite.shard.count}" if suite.shard else key
 
 
