@@ -1,11 +1,19 @@
 """Tests of regression.diagnose.bisect's search over a history held in memory: each case's first
-commit, ranges hidden by skipped commits, commits reused between searches, progress."""
+commit, ranges hidden by skipped commits, commits reused between searches, progress; and the
+entry each commit is recorded in, in a real repository."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import torch
 
-from regression.diagnose.bisect_record import Recorder, changed_cases
+from regression.config import Settings
+from regression.diagnose.bisect_record import Recorder, changed_cases, suite_at
+from regression.gitcmd import Repository
+from regression.run.types import Reference, Suite, subject_code
+from regression.store.cache import Entry
 from regression.diagnose.bisect_search import Search, steps_left
 from regression.diagnose.bisection import Bisection
 
@@ -115,3 +123,33 @@ def test_cases_that_fail_at_good_are_said_unjudgeable_not_skipped_at_good() -> N
     text = "\n".join(bisection_lines(result, lambda sha: "subject"))
     assert "no case can be judged: every case fails at good 1616288e30a0: the subject does " \
            "not import" in text, text
+
+
+def test_commits_with_the_same_subject_code_share_one_recording(tmp_path: Path) -> None:
+    """bisect records per commit, in the entry of that commit's subject code: a commit that
+    leaves the subject alone finds the recording of the one before."""
+    top = tmp_path / "repo"
+    (top / "subj").mkdir(parents=True)
+
+    def commit(name: str, text: str) -> str:
+        (top / name).write_text(text)
+        subprocess.run(["git", "-C", str(top), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(top), "-c", "user.email=t@example.com", "-c",
+                        "user.name=T", "-c", "commit.gpgsign=false", "commit", "-q", "-m", name],
+                       check=True)
+        return subprocess.run(["git", "-C", str(top), "rev-parse", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    subprocess.run(["git", "init", "-q", "-b", "main", str(top)], check=True)
+    first = commit("subj/__init__.py", "A = 1\n")
+    docs = commit("README.md", "docs\n")
+    changed = commit("subj/__init__.py", "A = 2\n")
+    settings = Settings(path=top / "config.yaml", reference="HEAD", subject_packages=("subj",))
+    repo = Repository(str(top), str(top / ".git"))
+    reference = Reference(settings, repo, first, first, subject_code(settings, repo, first))
+    suite = Suite(reference, {"t::a": "h"}, Entry(tmp_path / "cache", {
+        "format": "4", "subject code": reference.code, "threads": "1"}, reference=first))
+    at = {sha: suite_at(suite, sha, ["t::a"]) for sha in (first, docs, changed)}
+    assert at[docs].entry.directory == at[first].entry.directory == suite.entry.directory
+    assert at[changed].entry.directory != at[first].entry.directory
+    assert (at[docs].reference.sha, at[docs].entry.reference) == (docs, docs)

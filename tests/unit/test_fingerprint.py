@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,15 @@ from regression.config import Determinism, Settings
 from regression.fingerprint import (
     KERNEL_VARIABLES,
     _math_libraries,
+    code_part,
     differing_parts,
     environment_parts,
     files_digest,
     key_of,
 )
+from regression.gitcmd import Repository
+from regression.revision import subject_objects
+from regression.run.types import subject_code
 
 PART_NAMES = ["format", "subject code", "python", "torch", "packages", "platform", "subject", "cpu",
               "math libraries", "kernel variables", "threads", "device", "determinism"]
@@ -328,3 +333,78 @@ def test_given_packages_are_the_key_s_and_the_project_s_files_are_not_read(
     assert environment_parts(settings(tmp_path), "a") != parts
     assert packages_in({"packages": "none"}) == [] and packages_in({}) == []
     assert packages_in({"packages": "a-b 1.0; c <not installed>"}) == ["a-b", "c"]
+
+
+# the subject's code: its git objects at the reference
+
+
+def git(where: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
+                          check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> Path:
+    """A real repository: a package `subj`, a module `one.py` and a README under `src`."""
+    top = tmp_path / "repo"
+    for name, text in {"src/subj/__init__.py": "A = 1\n", "src/one.py": "B = 2\n",
+                       "src/README.md": "about\n", "docs/index.md": "docs\n"}.items():
+        (top / name).parent.mkdir(parents=True, exist_ok=True)
+        (top / name).write_text(text)
+    git(tmp_path, "init", "-q", "-b", "main", str(top))
+    for key, value in (("user.email", "t@example.com"), ("user.name", "T"),
+                       ("commit.gpgsign", "false")):
+        git(top, "config", key, value)
+    git(top, "add", "-A")
+    git(top, "commit", "-q", "-m", "first")
+    return top
+
+
+def objects(top: Path, folder: str, packages: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    repo = Repository(str(top), str(top / ".git"))
+    return subject_objects(repo, git(top, "rev-parse", "HEAD"), folder, packages)
+
+
+def test_a_package_is_its_folder_s_tree_and_a_module_its_file_s_blob(history: Path) -> None:
+    assert objects(history, "src", ("subj", "one")) == [
+        ("src/subj", "tree", git(history, "rev-parse", "HEAD:src/subj")),
+        ("src/one.py", "blob", git(history, "rev-parse", "HEAD:src/one.py"))]
+
+
+def test_what_git_holds_no_package_of_is_the_whole_subject_folder(history: Path) -> None:
+    """An extension module, or a package the commit lacks: the key holds the folder the
+    import searches, once, so nothing there is shared by commits that differ in it."""
+    folder = ("src", "tree", git(history, "rev-parse", "HEAD:src"))
+    assert objects(history, "src", ("native", "absent")) == [folder]
+    assert objects(history, "", ("subj",)) == [(".", "tree", git(history, "rev-parse",
+                                                                 "HEAD^{tree}"))]
+    assert objects(history, "lost", ("subj",)) == [("lost", "missing", "")]
+
+
+def test_a_commit_outside_the_subject_keeps_its_code_and_one_inside_changes_it(
+        history: Path) -> None:
+    first = code_part(objects(history, "src", ("subj",)))
+    for name, text in (("docs/index.md", "more docs\n"), ("src/README.md", "more\n")):
+        (history / name).write_text(text)
+        git(history, "commit", "-q", "-am", f"edit {name}")
+        assert code_part(objects(history, "src", ("subj",))) == first
+    (history / "src/subj/__init__.py").write_text("A = 2\n")
+    git(history, "commit", "-q", "-am", "the subject changes")
+    assert code_part(objects(history, "src", ("subj",))) != first
+
+
+def test_the_code_part_names_each_path_kind_and_object() -> None:
+    assert code_part([("src/subj", "tree", "a" * 40), ("one.py", "blob", "b" * 40),
+                      ("lost", "missing", "")]) == \
+        f"src/subj tree {'a' * 40}; one.py blob {'b' * 40}; lost missing"
+
+
+def test_a_project_in_a_subfolder_looks_up_its_subject_from_the_top(history: Path) -> None:
+    project = history / "src"
+    (project / "config.yaml").write_text("")
+    chosen = settings(project, subject_packages=("subj",))
+    repo = Repository(str(history), str(history / ".git"))
+    sha = git(history, "rev-parse", "HEAD")
+    assert subject_code(chosen, repo, sha) == \
+        f"src/subj tree {git(history, 'rev-parse', 'HEAD:src/subj')}"

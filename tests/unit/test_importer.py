@@ -293,6 +293,74 @@ def test_a_relative_path_is_read_from_the_working_folder(
     assert watched.sorted_out([])[0] == {"subj/d.json": "read; the subject's"}
 
 
+@pytest.fixture
+def reference(tmp_path: Path) -> Iterator[TreeWatch]:
+    """A watch of a project and of its reference's worktree, whose subject `subj` (a
+    package) and `one` (a module) are the code the key holds, made active."""
+    project, worktree = tmp_path / "project", tmp_path / "worktree"
+    for name in ("subj/__pycache__", "tests"):
+        (project / name).mkdir(parents=True)
+    for name, text in {"subj/__init__.py": "A = 1\n", "subj/__pycache__/m.cpython-311.pyc": "",
+                       "subj/m.py": "", "subj/data/w.json": "{}", "one.py": "B = 1\n",
+                       "data/scale.json": "{}", "helper.py": "C = 1\n", "setup.cfg": ""}.items():
+        (worktree / name).parent.mkdir(parents=True, exist_ok=True)
+        (worktree / name).write_text(text)
+    watch = TreeWatch(project, [worktree], [], [project / "subj"], [project / "tests"],
+                      worktree, [worktree / "subj", worktree / "one.py"])
+    watch_tree(watch)
+    try:
+        yield watch
+    finally:
+        stop_watching()
+
+
+def test_the_reference_s_files_outside_the_subject_s_code_are_named(
+        reference: TreeWatch, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert reference.reference is not None
+    monkeypatch.chdir(reference.reference)
+    for name in ("subj/__init__.py", "subj/__pycache__/m.cpython-311.pyc", "subj/data/w.json",
+                 "one.py", "data/scale.json", "setup.cfg"):
+        Path(name).read_bytes()
+    runpy.run_path("helper.py")
+    assert reference.reference_reads() == {"data/scale.json": "read", "helper.py": "run",
+                                           "setup.cfg": "read"}
+    assert reference.sorted_out([]) == ({}, [])  # none is the working tree's
+
+
+def test_a_file_of_the_reference_that_the_recording_wrote_is_its_own(
+        reference: TreeWatch, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert reference.reference is not None
+    monkeypatch.chdir(reference.reference)
+    Path("data/made.json").write_text("{}")  # written after the watch began
+    Path("data/made.json").read_text()
+    Path("data/scale.json").read_text()
+    assert reference.reference_reads() == {"data/scale.json": "read"}
+
+
+def test_a_watch_without_a_reference_names_none_of_its_files(watched: TreeWatch,
+                                                             tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (tmp_path / "elsewhere.json").read_text()
+    assert watched.reference_reads() == {}
+
+
+def test_the_reference_s_files_are_refused_with_the_fix_for_each_kind() -> None:
+    with pytest.raises(StrayImportError) as info:
+        require_own_files({}, {"data/a.txt": "read"}, {"data/scale.json": "read",
+                                                       "helper.py": "run"}, ("subj",))
+    message = str(info.value)
+    assert "  data/a.txt (read)\n" in message  # the working tree's, said first
+    assert "these files of the reference were run or read while recording, outside the " \
+        "subject's code" in message
+    assert "  data/scale.json (read)\n  helper.py (run)\n" in message
+    assert "Fix: code run from the reference outside the subject: add its package" in message
+    assert "Fix: a data file: move it into a subject package (subj)" in message
+    assert message.endswith("Nothing was stored.")
+    with pytest.raises(StrayImportError, match="helper.py") as only_code:
+        require_own_files({}, {}, {"helper.py": "run"}, ("subj",))
+    assert "a data file" not in str(only_code.value)
+
+
 def test_safetensors_files_and_mapped_files_are_seen(watched: TreeWatch,
                                                      tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from regression.cli.tasks import key_code_line
+from regression.cli.tasks import key_code_line, reference_line
 
 
 def test_a_test_file_in_tests_is_called_a_file_not_a_folder(tmp_path: Path) -> None:
@@ -25,3 +25,11 @@ def test_folders_count_their_python_files_in_the_right_number(tmp_path: Path) ->
     both = key_code_line(tmp_path, ["tests", "extra.py"], 4)
     assert both.startswith("test code: 4 Python files under tests (the helpers")
     assert both.endswith("; the file extra.py, hashed as the harness of its cases (above)")
+
+
+def test_the_reference_line_names_the_commit_and_says_it_is_not_in_the_key() -> None:
+    sha = "a" * 40
+    assert reference_line(sha, "HEAD") == (
+        f"reference: commit {sha} (HEAD), where the subject code was read; not in the key: a "
+        "commit that leaves the subject alone shares this reference")
+    assert reference_line(sha, sha).startswith(f"reference: commit {sha}, where")
