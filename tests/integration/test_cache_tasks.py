@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import Repo, output
+from helpers import SUBJECT, Repo, output
 
 SECOND_FILE = """\
 import subj
@@ -63,6 +63,8 @@ def test_github_output_outside_actions_is_a_clear_error(subject_repo: Repo) -> N
 @pytest.mark.slow
 def test_list_prune_and_clear(recorded_subject_repo: Repo) -> None:
     subject_repo = recorded_subject_repo
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0") + "# a comment\n")
+    subject_repo.commit("the subject changes: its own entry")
     assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
     listing = subject_repo.invoke("cache.list").stdout.splitlines()
     assert len(listing) == 4, listing
