@@ -10,7 +10,7 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from regression.cli.common import current_settings, translated
-from regression.config import Settings
+from regression.config.settings import Settings
 from regression.errors import RegressionError
 from regression.store import inventory
 
@@ -22,8 +22,8 @@ def _cache_dir() -> Path:
 def _configured_references(settings: Settings) -> dict[str, str]:
     """config.yaml's reference and named references by commit, to mark their entries; one
     that does not resolve here (a shallow clone, no repository) is left out."""
-    from regression.gitcmd import open_repo
-    from regression.revision import resolve_revision
+    from regression.repository.gitcmd import open_repo
+    from regression.repository.revision import resolve_revision
 
     named = [(f"config.yaml's reference {settings.reference}", settings.reference),
              *((f"config.yaml's references.{name}: {revision}", revision)

@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Callable, Iterator, NoReturn, Protocol, Sequence
 
-from regression.config import Settings
-from regression.configpaths import CACHE_DIR_ENV
+from regression.config.settings import Settings
+from regression.config.paths import CACHE_DIR_ENV
 from regression.errors import RegressionError
-from regression.lifeline import ending_with_this_process
-from regression.gitcmd import git_environment
+from regression.run.lifeline import ending_with_this_process
+from regression.repository.gitcmd import git_environment
 from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, Job, RecordJob
 from regression.run.types import Echo
 from regression.store.scratch import scratch_folder

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import Repo, init_repo, output
 
-from regression.config import MAX_CONFIG_BYTES, load_settings
-from regression.configvalues import usable_cpus
+from regression.config.settings import MAX_CONFIG_BYTES, load_settings
+from regression.config.settings import usable_cpus
 from regression.errors import ConfigError
 
 BASE = "reference: v1\nsubject:\n  packages: [zoo]\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from regression.errors import RevisionError
-from regression.gitcmd import Repository, git_process, is_shallow, run_git, short
+from regression.repository.gitcmd import Repository, git_process, is_shallow, run_git, short
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
