@@ -204,7 +204,7 @@ ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten
 
 def run_forked(settings: Settings, args: Sequence[str], job: CheckJob) -> int:
     """Run pytest in a fork of this process, as `run_pytest` would in a new one: no second
-    Python start, no second import of what this one has loaded (GitPython, our package),
+    Python start, no second import of what this one has loaded (torch, our package),
     and yet a process of its own, so that a run that ends early (os._exit in a test) cannot
     end this one, which then reads the run's completion record."""
     with scratch_folder("job") as folder:
