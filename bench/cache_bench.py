@@ -28,7 +28,7 @@ sys.path.insert(0, str(PROJECT))
 
 from regression.store.cache import Entry  # noqa: E402
 from regression.store.record import CaseRecord, Output  # noqa: E402
-from regression.fingerprint import digest  # noqa: E402
+from regression.environment.fingerprint import digest  # noqa: E402
 from zoo_repo import zoo_repo  # noqa: E402
 
 

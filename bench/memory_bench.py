@@ -51,10 +51,10 @@ def output_tensor(size_mib: int, changed: bool) -> object:
 
 def run_scenario(scenario: str, size_mib: int, cache_dir: Path, baseline: bool) -> None:
     """One scenario in this process: make the output, then (unless baseline) check it."""
-    from regression import determinism
+    from regression.environment import determinism
     from regression.store.cache import Entry
     from regression.store.record import CaseRecord
-    from regression.config import Determinism
+    from regression.config.settings import Determinism
     from regression.plugin.fixture import CheckSink, RecordSink, Regression
 
     settings = Determinism()

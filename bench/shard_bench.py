@@ -15,8 +15,8 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from regression.config import load_settings  # noqa: E402
-from regression.durations import read_durations  # noqa: E402
+from regression.config.settings import load_settings  # noqa: E402
+from regression.store.durations import read_durations  # noqa: E402
 from regression.shard import assign, estimate  # noqa: E402
 
 

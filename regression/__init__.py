@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from regression.errors import RegressionError
 
 if TYPE_CHECKING:
-    from regression.config import Settings, load_settings
+    from regression.config.settings import Settings, load_settings
 
 __all__ = ["RegressionError", "Settings", "load_settings"]
 __version__ = "0.1.0"
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     """Settings and load_settings, imported on first use (they need PyYAML)."""
     if name in ("Settings", "load_settings"):
-        from regression import config
+        from regression.config import settings
 
-        return getattr(config, name)
+        return getattr(settings, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ from regression.outcomes import CHANGED, ERROR, IDENTICAL, NONDETERMINISTIC, OUT
     CaseOutcome
 
 if TYPE_CHECKING:
-    from regression.compare import Difference
+    from regression.compare.outputs import Difference
     from regression.run.types import Generation
 
 
@@ -32,7 +32,7 @@ def changed_detail(changed: Sequence[tuple[str, Sequence[Difference]]]) -> str:
     """A changed case in one line: its most telling difference (values, then shapes, keys,
     dtypes, then key order), what else differs in that output, and the other outputs that
     differ: each difference counted once, keys as keys."""
-    from regression.compare import KEY_KINDS, KINDS
+    from regression.compare.outputs import KEY_KINDS, KINDS
 
     found = [(KINDS.index(d.kind) if d.kind in KINDS else 0, index, name, d)
              for index, (name, differences) in enumerate(changed) for d in differences]

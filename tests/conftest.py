@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from regression.configpaths import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
+from regression.config.paths import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
 
 
 def _rank(item: pytest.Item) -> int:

@@ -10,7 +10,7 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from regression.cli.common import current_settings, translated
-from regression.config import Settings
+from regression.config.settings import Settings
 from regression.errors import RegressionError
 from regression.store import inventory
 
@@ -23,8 +23,8 @@ def _configured_references(settings: Settings) -> dict[str, str]:
     """config.yaml's reference and named references by their subject's code (the key's
     part), each with its label and commit, to mark their entries; one that does not resolve
     here (a shallow clone, no repository) is left out."""
-    from regression.gitcmd import open_repo, short
-    from regression.revision import resolve_revision
+    from regression.repository.gitcmd import open_repo, short
+    from regression.repository.revision import resolve_revision
     from regression.run.types import subject_code
 
     named = [(f"config.yaml's reference {settings.reference}", settings.reference),

@@ -10,8 +10,8 @@ from typing import Any, Callable, TypeVar
 from invoke.exceptions import Exit
 from invoke.tasks import Task
 
-from regression.config import DEVICE_ENV, DEVICES, Settings, load_settings
-from regression.configpaths import find_config
+from regression.config.settings import DEVICE_ENV, DEVICES, Settings, load_settings
+from regression.config.paths import find_config
 from regression.errors import RegressionError
 
 T = TypeVar("T")

@@ -17,8 +17,8 @@ def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> Non
     require_filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
     from regression.diagnose.bisect import bisect as find_first, scan
     from regression.diagnose.bisect_report import bisection_lines, scan_lines
-    from regression.gitcmd import run_git
-    from regression.revision import resolve_revision
+    from regression.repository.gitcmd import run_git
+    from regression.repository.revision import resolve_revision
 
     settings = current_settings()
     at_good = resolve(settings, good)

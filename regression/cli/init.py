@@ -16,7 +16,7 @@ from regression.cli.workflow import (ACTIONLINT, ACTIONLINT_CONFIG, GITHUB_LABEL
                                      TORCH_REGRESSION, WORKFLOW_PATH, Options, Shards,
                                      check_options, choose_shards, workflow_lines, workflow_text)
 from regression.errors import RegressionError
-from regression.gitcmd import git_process
+from regression.repository.gitcmd import git_process
 
 Echo = Callable[[str], None]
 # Top-level folders that hold no package of the library itself.

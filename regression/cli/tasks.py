@@ -19,12 +19,12 @@ from regression.cli.cache_tasks import cache
 from regression.cli.common import DEVICE_HELP, REFERENCE_HELP, current_settings, help_if_asked, \
     report_path, require_filled, translated
 from regression.cli.diagnose_tasks import bisect, explain
-from regression.config import MAX_REPEAT, Settings
+from regression.config.settings import MAX_REPEAT, Settings
 from regression import github
 from regression.errors import RegressionError
-from regression.durations import read_durations
-from regression.fingerprint import device_details, package_lines
-from regression.harness import extra_harness_files, harness_files
+from regression.store.durations import read_durations
+from regression.environment.fingerprint import device_details, package_lines
+from regression.environment.harness import extra_harness_files, harness_files
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from regression.outcomes import CHANGED
 from regression.report import generation_lines

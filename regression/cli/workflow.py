@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from regression import dependencies
-from regression.config import DEFAULT_DURATIONS
-from regression.dependencies import Requirement
-from regression.durations import read_durations
+from regression.environment import dependencies
+from regression.config.settings import DEFAULT_DURATIONS
+from regression.environment.dependencies import Requirement
+from regression.store.durations import read_durations
 from regression.errors import RegressionError
 
 STARTER_FOLDER = "tests/regression"

@@ -18,7 +18,7 @@ from regression.diagnose.bisect_record import Recorder, changed_cases
 from regression.diagnose.bisect_search import Search
 from regression.diagnose.bisection import Bisection, Change, Echo, count
 from regression.errors import RegressionError
-from regression.gitcmd import git_process, run_git, short
+from regression.repository.gitcmd import git_process, run_git, short
 from regression.run.types import Reference, Suite
 
 

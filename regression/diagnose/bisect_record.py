@@ -11,7 +11,7 @@ from regression.run.types import Suite, at_commit
 from regression.store.cache import Entry
 from regression.store.record import ABSENT, NONDETERMINISTIC
 from regression.store.inventory import BISECT
-from regression.gitcmd import short
+from regression.repository.gitcmd import short
 
 
 def suite_at(suite: Suite, sha: str, cases: list[str]) -> Suite:
@@ -109,7 +109,7 @@ def changed_cases(before: dict[str, Outputs], after: dict[str, Outputs]
                  ) -> dict[str, Differences]:
     """The cases of both whose outputs differ, each with every differing output's
     differences."""
-    from regression.compare import compare_outputs
+    from regression.compare.outputs import compare_outputs
 
     found = {case: compare_outputs(outputs, after[case]) for case, outputs in before.items()
              if case in after}

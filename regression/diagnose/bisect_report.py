@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from regression.diagnose.bisection import Bisection, Change, count
-from regression.gitcmd import short
+from regression.repository.gitcmd import short
 
 
 def scan_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[str]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from regression.diagnose.bisect_record import changed_cases
 from regression.diagnose.bisection import Bisection, Change, Differences, Echo, Outputs
-from regression.gitcmd import short
+from regression.repository.gitcmd import short
 
 if TYPE_CHECKING:
     from regression.diagnose.bisect_record import Recorder

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from regression.compare import Difference
+    from regression.compare.outputs import Difference
 
 Echo = Callable[[str], None]
 Outputs = dict[str, object]

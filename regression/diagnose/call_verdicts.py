@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from regression.compare import Difference, compare_tensors
-from regression.tensorlayout import Layout, aligned, layout
+from regression.compare.outputs import Difference, compare_tensors
+from regression.compare.layout import Layout, aligned, layout
 
 if TYPE_CHECKING:
     import torch

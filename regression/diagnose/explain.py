@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from regression.compare import Difference, compare_outputs, compare_tensors
+from regression.compare.outputs import Difference, compare_outputs, compare_tensors
 from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN, Key, Verdicts
 from regression.report import largest_relative
-from regression.tensorlayout import layout
+from regression.compare.layout import layout
 
 if TYPE_CHECKING:
     import torch

@@ -26,7 +26,7 @@ from torch.utils.hooks import RemovableHandle
 
 from regression.diagnose.trace_file import CALLS, INPUTS, STATES, Call, State
 from regression.diagnose.trace_values import as_storable, generators, leaves
-from regression.fingerprint import digest
+from regression.environment.fingerprint import digest
 from regression.store.codec import save_tensors, tensors_digest
 
 

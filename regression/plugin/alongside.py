@@ -22,7 +22,7 @@ from regression.run.job import GEN_AUTO
 from regression.run.overlap import SHARED
 
 if TYPE_CHECKING:
-    from regression.config import Settings
+    from regression.config.settings import Settings
     from regression.plugin.check import Check
     from regression.run.types import Generation, Suite
     from regression.run.underway import Underway

@@ -21,7 +21,7 @@ from regression.run.job import GEN_ONLY, CheckJob
 from regression.run.types import CheckResult
 
 if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
-    from regression.config import Settings
+    from regression.config.settings import Settings
     from regression.plugin.prepare import Prepared
 
 
@@ -89,7 +89,7 @@ class Check:
         record mode applies before importing the subject, and the subject's origin (compare)."""
         if self.job is None:
             return
-        from regression import determinism
+        from regression.environment import determinism
         from regression.plugin.importer import install_redirect
         from regression.plugin.summary import require_step_summary
 
@@ -121,8 +121,8 @@ class Check:
         if self.job is not None:  # invoke read it and handed it over in the job
             self.loaded_settings = self.job.settings
             return self.loaded_settings
-        from regression.config import load_settings
-        from regression.configpaths import find_config
+        from regression.config.settings import load_settings
+        from regression.config.paths import find_config
 
         try:
             self.loaded_settings = load_settings(find_config(self.config.rootpath))
@@ -134,8 +134,8 @@ class Check:
         """config.yaml's settings, or None where there is no usable one (plain pytest in a
         project without it): for hints, never an error."""
         if self.loaded_settings is None and self.job is None:
-            from regression.config import load_settings
-            from regression.configpaths import find_config
+            from regression.config.settings import load_settings
+            from regression.config.paths import find_config
 
             try:
                 self.loaded_settings = load_settings(find_config(self.config.rootpath))
@@ -315,7 +315,7 @@ class Check:
 
     def _prepare(self, everything: list[pytest.Item], selected: set[str],
                  quiet: bool = False) -> Prepared:
-        from regression import determinism
+        from regression.environment import determinism
         from regression.plugin.prepare import prepare
         from regression.run.types import resolve
 
@@ -348,6 +348,6 @@ class Check:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if uses_fixture(item) and self.prepared is not None:
-            from regression import determinism
+            from regression.environment import determinism
 
             determinism.apply(self.settings.determinism)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from regression.errors import RegressionError
-from regression.fingerprint import environment_parts
-from regression.harness import HarnessDigests, extra_harness_files
+from regression.environment.fingerprint import environment_parts
+from regression.environment.harness import HarnessDigests, extra_harness_files
 from regression.plugin.importer import install_redirect, verify_origins
 from regression.run.job import CollectJob
 from regression.run.types import CollectResult
@@ -36,7 +36,7 @@ class Collector:
     def start(self) -> None:
         """Before conftests load: kernel settings that are part of the key, and the
         candidate's subject origin, for `invoke compare`."""
-        from regression import determinism
+        from regression.environment import determinism
 
         try:
             determinism.prepare_process(self.settings.device)

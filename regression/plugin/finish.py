@@ -163,7 +163,7 @@ class Finish:
     def _store_durations(self) -> None:
         durations_path = self.config.getoption("regression_durations")
         if durations_path and self.ledger.durations:
-            from regression.durations import store_durations
+            from regression.store.durations import store_durations
 
             try:
                 store_durations(Path(durations_path), self.ledger.durations)

@@ -7,9 +7,9 @@ from typing import Protocol, Sequence
 import torch
 
 from regression.store.record import ABSENT, CaseRecord, Output
-from regression.compare import Difference, compare
-from regression.config import Determinism
-from regression.determinism import case_seed, require_unchanged
+from regression.compare.outputs import Difference, compare
+from regression.config.settings import Determinism
+from regression.environment.determinism import case_seed, require_unchanged
 from regression.errors import StoreError
 from regression.report import changed_detail, mismatch_message
 from regression.store.codec import Encoder, decode

@@ -129,7 +129,7 @@ class Judge:
         if record.harness != prepared.harness.of(item.path):
             return ("the test file or a conftest.py changed since the reference was recorded; "
                     f"{FIX} again")
-        from regression.harness import changed_helpers  # config and hashing: not in plain runs
+        from regression.environment.harness import changed_helpers  # config and hashing: not in plain runs
 
         changed = changed_helpers(prepared.suite.reference.settings.root, record.helpers,
                                   self.helper_digests)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from regression.store.cache import Entry
-from regression.fingerprint import environment_parts
-from regression.harness import HarnessDigests, extra_harness_files
+from regression.environment.fingerprint import environment_parts
+from regression.environment.harness import HarnessDigests, extra_harness_files
 from regression.run.job import GEN_NEVER, GEN_ONLY, CheckJob
 from regression.run.generation import generate, require_valid
 from regression.run.underway import Underway, start_generation

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Generator, Protocol, Sequence
 
 import pytest
 
-from regression import determinism
+from regression.environment import determinism
 from regression.errors import DeterminismError, RegressionError, SubjectImportError, error_data, \
     error_from_data
-from regression.fingerprint import environment_parts, packages_in
-from regression.harness import extra_harness_files, helper_digests
+from regression.environment.fingerprint import environment_parts, packages_in
+from regression.environment.harness import extra_harness_files, helper_digests
 from regression.plugin.common import crash_reason, exception_reason, report_reason, \
     traceback_frames, uses_fixture
 from regression.plugin.importer import install_redirect, verify_origins
@@ -33,7 +33,7 @@ from regression.run.job import PROGRESS, RecordJob, decode
 from regression.run.types import RecordResult
 from regression.store.cache import Entry
 from regression.store.record import Output
-from regression.worktree import lay_working_harness
+from regression.repository.worktree import lay_working_harness
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture
     from regression.plugin.fixture import RecordSink, Regression

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from regression import github
-from regression.chart import difference_chart
+from regression.plugin.chart import difference_chart
 from regression.errors import RegressionError
 from regression.plugin.ledger import Ledger
 from regression.plugin.relay import in_worker

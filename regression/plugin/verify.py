@@ -32,7 +32,7 @@ class Verify:
             self.problem = exc
 
     def _compare(self, nodeid: str, now: dict[str, object]) -> None:
-        from regression.compare import compare_outputs
+        from regression.compare.outputs import compare_outputs
 
         self.seen.add(nodeid)
         stored = self.recording.entry().load_case(nodeid)

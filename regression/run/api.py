@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from regression.errors import CollectionError, RunIncompleteError
-from regression.fingerprint import digest, files_digest
-from regression.harness import python_files_under
-from regression.revision import resolve_revision
-from regression.worktree import reference_worktree
+from regression.environment.fingerprint import digest, files_digest
+from regression.environment.harness import python_files_under
+from regression.repository.revision import resolve_revision
+from regression.repository.worktree import reference_worktree
 from regression.run.completion import settle
 from regression.run.generation import in_context
 from regression.run.job import GEN_AUTO, CheckJob, CollectJob

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from regression.errors import CacheError, CacheWriteError, ReadOnlyError, RegressionError, \
     StoreError, SubjectImportError
-from regression.fingerprint import environment_parts
-from regression.harness import changed_helpers
-from regression.worktree import prune_stale_worktrees, reference_worktree
+from regression.environment.fingerprint import environment_parts
+from regression.environment.harness import changed_helpers
+from regression.repository.worktree import prune_stale_worktrees, reference_worktree
 from regression.run.job import RecordJob
 from regression.run.launch import run_pytest, tail
 from regression.run.types import Echo, Generation, Pending, RecordResult, Reference, Suite
@@ -24,7 +24,7 @@ from regression.store.record import NONDETERMINISTIC, StoredHarness
 from regression.store.scratch import scratch_folder
 
 if TYPE_CHECKING:
-    from regression.config import Settings
+    from regression.config.settings import Settings
 
 
 def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[str, Pending]:
@@ -215,7 +215,7 @@ def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo
     among `nodeids` whose stored reference keeps some only as a digest; yields those. The
     values are for this run's report only: on leaving, each case's digest-only record is
     stored again, so the cache entry keeps no values it was not asked to keep."""
-    from regression import determinism
+    from regression.environment import determinism
 
     settings = reference.settings
     determinism.prepare_process(settings.device)  # as the check run does: its key

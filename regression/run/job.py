@@ -24,7 +24,7 @@ from regression.run.types import CheckResult, CollectResult, RecordResult, Refer
 from regression.store.scratch import read_regular_file
 
 if TYPE_CHECKING:
-    from regression.config import Settings
+    from regression.config.settings import Settings
     from regression.shard import ShardSpec
 
 MAX_JOB_BYTES = 64 << 20

@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Callable, Iterator, NoReturn, Protocol, Sequence
 
-from regression.config import Settings
-from regression.configpaths import CACHE_DIR_ENV
+from regression.config.settings import Settings
+from regression.config.paths import CACHE_DIR_ENV
 from regression.errors import RegressionError
-from regression.lifeline import ending_with_this_process
-from regression.gitcmd import git_environment
+from regression.run.lifeline import ending_with_this_process
+from regression.repository.gitcmd import git_environment
 from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, Job, RecordJob
 from regression.run.types import Echo
 from regression.store.scratch import scratch_folder
@@ -204,7 +204,7 @@ ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten
 
 def run_forked(settings: Settings, args: Sequence[str], job: CheckJob) -> int:
     """Run pytest in a fork of this process, as `run_pytest` would in a new one: no second
-    Python start, no second import of what this one has loaded (GitPython, our package),
+    Python start, no second import of what this one has loaded (torch, our package),
     and yet a process of its own, so that a run that ends early (os._exit in a test) cannot
     end this one, which then reads the run's completion record."""
     with scratch_folder("job") as folder:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:  # every pytest run imports this module (the plugin's job): it stays light
-    from regression.config import Settings
-    from regression.gitcmd import Repository
+    from regression.config.settings import Settings
+    from regression.repository.gitcmd import Repository
     from regression.run.completion import Completion
     from regression.shard import ShardSpec
     from regression.store.cache import Entry
@@ -34,7 +34,7 @@ class Reference:
 
     @cached_property  # asked for by every phase of every case
     def label(self) -> str:
-        from regression.gitcmd import describe
+        from regression.repository.gitcmd import describe
 
         return describe(self.revision, self.sha)
 
@@ -42,8 +42,8 @@ class Reference:
 def resolve(settings: Settings, reference: str | None) -> Reference:
     """Resolve the reference revision (config.yaml's unless given) to a commit: once per
     run, by whichever process the user started; its children get it in their job."""
-    from regression.gitcmd import open_repo
-    from regression.revision import resolve_revision
+    from regression.repository.gitcmd import open_repo
+    from regression.repository.revision import resolve_revision
 
     revision = settings.revision_for(reference)
     repo = open_repo(settings.root)
@@ -60,8 +60,8 @@ def at_commit(reference: Reference, sha: str) -> Reference:
 def subject_code(settings: Settings, repo: Repository, sha: str) -> str:
     """The key's part for the subject's code at commit `sha`: the git objects of its
     packages (one git process)."""
-    from regression.fingerprint import code_part
-    from regression.revision import subject_objects
+    from regression.environment.fingerprint import code_part
+    from regression.repository.revision import subject_objects
 
     top = Path(repo.working_dir).resolve()
     folder = (settings.root / settings.subject_path).resolve()
@@ -74,7 +74,7 @@ def shard_cases(settings: Settings, cases: Iterable[str], spec: ShardSpec | None
     """The cases of shard `spec` (all of them without one), balanced by the recorded
     durations and config.yaml's pins: the assignment depends only on the set of case ids,
     whatever pytest selected or in which order."""
-    from regression.durations import read_durations
+    from regression.store.durations import read_durations
     from regression.shard import select
 
     chosen = sorted(set(cases))
@@ -166,8 +166,8 @@ class CheckResult:
 def hint_names() -> dict[str, object]:
     """The classes this module's annotations name, imported when a job is decoded (see
     job.decode): a plain pytest run never needs them."""
-    from regression.config import Determinism, Settings
-    from regression.gitcmd import Repository
+    from regression.config.settings import Determinism, Settings
+    from regression.repository.gitcmd import Repository
     from regression.run.completion import Completion
     from regression.shard import ShardSpec
 

@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 
 from regression.errors import ReadOnlyError, RegressionError
-from regression.worktree import prune_stale_worktrees, reference_worktree
+from regression.repository.worktree import prune_stale_worktrees, reference_worktree
 from regression.run.generation import generate, nothing_recordable, outcome, planned_locked, \
     project_in, read_only_plan, recording_args, require_all_ran, still_valid
 from regression.run import overlap

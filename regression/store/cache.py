@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
 from regression.errors import CacheError, CacheWriteError, StoreError
-from regression.fingerprint import FORMAT_VERSION, differing_parts, key_of
+from regression.environment.fingerprint import FORMAT_VERSION, differing_parts, key_of
 from regression.store.cachedir import (CASES, ENTRY_FILE, LAST_USED, EntryLock, ensure_cache_root,
                                        lock_path, remove_folder, with_fix)
 from regression.store.files import dump_verified, load_verified, verify_safetensors, write_atomic

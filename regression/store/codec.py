@@ -10,7 +10,7 @@ import torch
 
 from regression.errors import StoreError
 from regression.store.files import read_checked, temporary_file
-from regression.fingerprint import content_hasher
+from regression.environment.fingerprint import content_hasher
 from regression.nodes import COMPLEX_PARTS, MAX_DEPTH, deep_label, float_bits, float_from_bits, \
     path_label
 from regression.store.digest import TensorDigest, digest_tensor

@@ -151,7 +151,7 @@ def _moments(values: torch.Tensor) -> tuple[int, float, float, float, float]:
 
 def tensor_xxh3(tensor: torch.Tensor) -> str:
     """xxh3-128 of a tensor's bytes in row-major order, whatever its strides or device."""
-    from regression.fingerprint import content_hasher
+    from regression.environment.fingerprint import content_hasher
 
     hasher = content_hasher()
     for piece in _pieces(tensor):
@@ -165,7 +165,7 @@ def _pieces(tensor: torch.Tensor) -> Any:
     complex tensor's real view: the same bytes)."""
     import torch
 
-    from regression.tensordiff import CHUNK, pieces
+    from regression.compare.tensordiff import CHUNK, pieces
 
     tensor = resolved(tensor.detach())
     return pieces(torch.view_as_real(tensor) if tensor.is_complex() else tensor, CHUNK)

@@ -11,9 +11,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from regression import strictjson
+from regression.store import strictjson
 from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
-from regression.fingerprint import content_hasher, digest
+from regression.environment.fingerprint import content_hasher, digest
 from regression.nodes import MAX_DEPTH
 from regression.store.tensorfile import LENGTH_BYTES, header_length, parse_header
 

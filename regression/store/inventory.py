@@ -13,7 +13,7 @@ from regression.store.cache import Entry
 from regression.store.cachedir import (ENTRY_FILE, EntryLock, lock_path, remove_folder, stranger,
                                        trashed_entry, with_fix)
 from regression.errors import CacheError, CacheWriteError, RegressionError
-from regression.gitcmd import short
+from regression.repository.gitcmd import short
 
 BISECT = "bisect"
 """Entry.made_by of the entries `invoke bisect` records, one per commit."""

@@ -14,7 +14,7 @@ import math
 import struct
 from dataclasses import dataclass
 
-from regression import strictjson
+from regression.store import strictjson
 
 ITEM_SIZES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from warm_python import WARM, reads_at_load
 
-from regression.configpaths import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
+from regression.config.paths import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -25,7 +25,7 @@ import warm_python
 from helpers import Mounts, Repo, fill, interruptible, make_subject_repo, output
 
 from regression.errors import CacheError, StoreError
-from regression.fingerprint import digest
+from regression.environment.fingerprint import digest
 from regression.store import inventory
 from regression.store.cache import Entry
 from regression.store.record import CaseRecord, Output

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import Repo, init_repo, output
 
-from regression.config import MAX_CONFIG_BYTES, load_settings
-from regression.configvalues import usable_cpus
+from regression.config.settings import MAX_CONFIG_BYTES, load_settings
+from regression.config.settings import usable_cpus
 from regression.errors import ConfigError
 
 BASE = "reference: v1\nsubject:\n  packages: [zoo]\n"
@@ -181,7 +181,7 @@ def test_every_package_the_tool_loads_first_is_refused(tmp_path: Path) -> None:
                           check=True)
     loaded = [name for name in json.loads(done.stdout) if name.isidentifier()]
     assert {"torch", "pytest", "yaml"} <= set(loaded)
-    assert "git" not in loaded  # GitPython: a dependency, imported by none of these
+    assert "git" not in loaded  # GitPython is no dependency (ARCHITECTURE.md: git)
     for name in loaded:
         error = refused(tmp_path, f"reference: v1\nsubject: {{packages: [{name}]}}\n")
         assert f"{name!r} cannot be a subject package" in str(error)

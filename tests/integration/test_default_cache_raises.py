@@ -6,7 +6,7 @@ from __future__ import annotations
 from helpers import Repo, output
 from warm_python import WARM
 
-from regression.configpaths import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
+from regression.config.paths import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
 
 
 def test_a_run_without_a_chosen_cache_fails_and_leaves_the_default_folder_alone(

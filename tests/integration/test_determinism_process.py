@@ -9,8 +9,8 @@ import sys
 
 INDUCTOR_PROBE = """
 import os, sys, torch
-from regression.config import Determinism
-from regression.determinism import apply
+from regression.config.settings import Determinism
+from regression.environment.determinism import apply
 
 def inductor_loaded():
     return "torch._inductor.config" in sys.modules

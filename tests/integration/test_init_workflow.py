@@ -19,7 +19,7 @@ from helpers import Repo, init_repo, installable_pyproject, output
 
 from regression.cli.workflow import TORCH_INDEXES, TORCH_REGRESSION
 from regression.cli.main import main
-from regression.config import load_settings
+from regression.config.settings import load_settings
 
 WORKFLOW = ".github/workflows/regression.yml"
 BIN = Path(sys.executable).parent

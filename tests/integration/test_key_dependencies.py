@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import Repo, flat_subject_repo, installable_pyproject, output
 
-from regression.config import load_settings
-from regression.fingerprint import environment_parts, key_of, key_packages
+from regression.config.settings import load_settings
+from regression.environment.fingerprint import environment_parts, key_of, key_packages
 
 OLD, NEW = "0.8.10", "0.10.0"
 DEPENDENT = installable_pyproject("subj", ".").replace(

@@ -12,7 +12,7 @@ from helpers import PROJECT, Repo, output
 
 # Every Python process started with this folder on PYTHONPATH notes, in the file $COUNT_LOG
 # names, that it started, that it imported torch, each time it opened config.yaml and each git
-# it started to resolve a revision or to ask git's version (GitPython's import does). A fork
+# it started to resolve a revision or to ask git's version (GitPython's import would). A fork
 # notes no start of its own, but the rest, under its own pid.
 SITECUSTOMIZE = """\
 import os

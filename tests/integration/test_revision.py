@@ -12,9 +12,9 @@ import pytest
 from helpers import Repo, init_repo, output
 
 from regression.errors import RevisionError
-from regression.gitcmd import open_repo
-from regression.revision import resolve_revision
-from regression.worktree import _worktree_parent, prune_stale_worktrees, reference_worktree
+from regression.repository.gitcmd import open_repo
+from regression.repository.revision import resolve_revision
+from regression.repository.worktree import _worktree_parent, prune_stale_worktrees, reference_worktree
 
 
 @pytest.fixture
@@ -284,7 +284,7 @@ def test_working_harness_is_laid_in_the_worktree(tmp_path: Path, tests: list[str
     """The test folders and harness files read the working tree's bytes in the worktree;
     the subject's folders (flat/, src/pkg/) stay the reference's; a file deleted in the
     working tree is gone there too; removing the worktree leaves the working tree whole."""
-    from regression.worktree import lay_working_harness
+    from regression.repository.worktree import lay_working_harness
 
     repo = _layouts(tmp_path)
     before = repo.snapshot()
@@ -316,7 +316,7 @@ def test_laying_never_goes_through_a_link_it_laid(tmp_path: Path, tests: list[st
                                                    harness: list[str]) -> None:
     """What lies under a link laid already is the working tree's as it is: removing or
     laying it again would go through the link into the user's tree, and delete there."""
-    from regression.worktree import lay_working_harness
+    from regression.repository.worktree import lay_working_harness
 
     repo = _layouts(tmp_path)
     repo.write("tests/data/notes.txt", "untracked, and the user's only copy\n")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from regression.config import Settings
+from regression.config.settings import Settings
 from regression.diagnose.bisect_record import Recorder, changed_cases, suite_at
-from regression.gitcmd import Repository
+from regression.repository.gitcmd import Repository
 from regression.run.types import Reference, Suite, subject_code
 from regression.store.cache import Entry
 from regression.diagnose.bisect_search import Search, steps_left

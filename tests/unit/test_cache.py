@@ -18,10 +18,10 @@ import torch
 from regression.store.cache import Entry
 from regression.store.record import ABSENT, RECORDED, CaseRecord, Output, StoredHarness, case_id
 from regression.store.cachedir import GITIGNORE, ensure_cache_root
-from regression.compare import compare
+from regression.compare.outputs import compare
 from regression.errors import CacheError, NoSpaceError, ReadOnlyError, StoreError
 from regression.store.files import dump_verified, load_verified, write_atomic
-from regression.fingerprint import digest
+from regression.environment.fingerprint import digest
 from regression.nodes import MAX_DEPTH
 
 PARTS = {"format": "1", "reference": "abc123", "torch": "2.x", "threads": "1"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import load_settings
-from regression.configpaths import (CACHE_DIR_ENV, DEFAULT_CACHE_DIR, NO_DEFAULT_CACHE_ENV,
+from regression.config.settings import load_settings
+from regression.config.paths import (CACHE_DIR_ENV, DEFAULT_CACHE_DIR, NO_DEFAULT_CACHE_ENV,
                                     DefaultCacheInTests)
 from regression.errors import RegressionError
 

@@ -8,8 +8,8 @@ import re
 
 import torch
 
-from regression.chart import MOST, difference_chart
-from regression.compare import compare_tensors
+from regression.plugin.chart import MOST, difference_chart
+from regression.compare.outputs import compare_tensors
 from regression.outcomes import CHANGED, ERROR, IDENTICAL, CaseOutcome
 from regression.report import largest_relative
 

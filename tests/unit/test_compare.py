@@ -1,4 +1,4 @@
-"""Tests of regression.compare: every kind of bitwise difference, and none for equal values."""
+"""Tests of regression.compare.outputs: every kind of bitwise difference, and none for equal values."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regression.compare import Difference, compare, compare_tensors
-from regression.tensordiff import pieces as _pieces
+from regression.compare.outputs import Difference, compare, compare_tensors
+from regression.compare.tensordiff import pieces as _pieces
 from test_fixture import _tf32_off, stored_and_loaded  # noqa: F401 - _tf32_off: an autouse
 # fixture (TF32 and reduced-precision reductions off), as check() needs
 from test_store import VIEWS, checked
@@ -526,7 +526,7 @@ def test_identical_tensors_are_compared_in_one_pass_without_a_scan(
     def no_scan(*args: object, **kwargs: object) -> None:
         raise AssertionError("scanned")
 
-    monkeypatch.setattr("regression.compare.scan", no_scan)
+    monkeypatch.setattr("regression.compare.outputs.scan", no_scan)
     values = torch.tensor([1.0, float("nan"), -0.0, float("inf")])
     for reference, actual in [(values, values.clone()), (values.t(), values.clone()),
                               (torch.ones(2, 3).t(), torch.ones(3, 2)),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from regression.compare import compare
+from regression.compare.outputs import compare
 from regression.errors import StoreError
 from regression.nodes import tensor_names
 from regression.plugin.fixture import CheckSink, RecordSink, Regression

@@ -1,4 +1,4 @@
-"""Tests of regression.config: loading, defaults, validation errors and find_config."""
+"""Tests of regression.config.settings: loading, defaults, validation errors and find_config."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import Determinism, load_settings
-from regression.configpaths import (CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV, DEFAULT_CACHE_DIR,
+from regression.config.settings import Determinism, load_settings
+from regression.config.paths import (CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV, DEFAULT_CACHE_DIR,
                                     find_config)
-from regression import configreader
+from regression.config import settings
 from regression.errors import ConfigError
 
 FULL = """\
@@ -45,7 +45,7 @@ subject:
 @pytest.fixture(autouse=True)
 def eight_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """FULL sets 4 threads, within the CPUs of any machine these tests run on."""
-    monkeypatch.setattr(configreader, "usable_cpus", lambda: 8)
+    monkeypatch.setattr(settings, "usable_cpus", lambda: 8)
 
 
 def write(folder: Path, text: str) -> Path:

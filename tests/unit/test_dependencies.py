@@ -1,4 +1,4 @@
-"""Tests of regression.dependencies: what a project declares it needs, from its own files."""
+"""Tests of regression.environment.dependencies: what a project declares it needs, from its own files."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from regression.dependencies import Requirement, declared, is_runtime, parse, project_name, \
+from regression.environment.dependencies import Requirement, declared, is_runtime, parse, project_name, \
     runtime_requirements
 
 PYPROJECT = """\

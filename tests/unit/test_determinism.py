@@ -1,4 +1,4 @@
-"""Tests of regression.determinism: per-case seeds and the global settings applied."""
+"""Tests of regression.environment.determinism: per-case seeds and the global settings applied."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from regression.config import Determinism
-from regression import determinism
-from regression.determinism import CUBLAS_WORKSPACE, REDUCED_PRECISION, apply, case_seed, drift, \
+from regression.config.settings import Determinism
+from regression.environment import determinism
+from regression.environment.determinism import CUBLAS_WORKSPACE, REDUCED_PRECISION, apply, case_seed, drift, \
     nondeterministic_operation_hint, prepare_process, require_unchanged
 from regression.errors import DeterminismError
 

@@ -15,7 +15,7 @@ from docs_checker import (CODE_LANGUAGES, COMMAND_START, INLINE_CODE, PAGES, REA
                           pytest_option_problems, read, readme_shape_problems, relative,
                           split_commands, task_contexts, without_fences)
 
-from regression.config import load_settings
+from regression.config.settings import load_settings
 
 
 def page_ids() -> list[str]:

@@ -1,4 +1,4 @@
-"""Tests of regression.durations: the JSON file of seconds per case."""
+"""Tests of regression.store.durations: the JSON file of seconds per case."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from regression.durations import read_durations, store_durations
+from regression.store.durations import read_durations, store_durations
 from regression.errors import ShardError
 
 FIX = "invoke test --store-durations"

@@ -24,7 +24,7 @@ from regression.store.files import (
     verify_safetensors,
     write_atomic,
 )
-from regression.fingerprint import digest
+from regression.environment.fingerprint import digest
 
 
 def test_verified_body_round_trips(tmp_path: Path) -> None:

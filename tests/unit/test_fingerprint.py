@@ -1,4 +1,4 @@
-"""Tests of regression.fingerprint: the environment parts, the key and file digests."""
+"""Tests of regression.environment.fingerprint: the environment parts, the key and file digests."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import Determinism, Settings
-from regression.fingerprint import (
+from regression.config.settings import Determinism, Settings
+from regression.environment.fingerprint import (
     KERNEL_VARIABLES,
     _math_libraries,
     code_part,
@@ -17,8 +17,8 @@ from regression.fingerprint import (
     files_digest,
     key_of,
 )
-from regression.gitcmd import Repository
-from regression.revision import subject_objects
+from regression.repository.gitcmd import Repository
+from regression.repository.revision import subject_objects
 from regression.run.types import subject_code
 
 PART_NAMES = ["format", "subject code", "python", "torch", "packages", "platform", "subject", "cpu",
@@ -213,7 +213,7 @@ def test_math_libraries_of_an_unknown_build_is_none() -> None:
 
 
 def test_the_driver_version_is_read_from_either_kind_of_kernel_module() -> None:
-    from regression.fingerprint import driver_version_in
+    from regression.environment.fingerprint import driver_version_in
     proprietary = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 "
                    "2025\nGCC version:  gcc version 12.2.0")
     open_module = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release"
@@ -223,7 +223,7 @@ def test_the_driver_version_is_read_from_either_kind_of_kernel_module() -> None:
 
 
 def test_a_loaded_library_is_found_by_its_name_in_this_process() -> None:
-    from regression.fingerprint import _loaded_library
+    from regression.environment.fingerprint import _loaded_library
     assert "libpython" in _loaded_library("libpython") or "libc.so" in _loaded_library("libc.so")
     assert _loaded_library("libno-such-library.so") == ""
 
@@ -241,7 +241,7 @@ extra = ["tabulate"]
 def test_the_key_holds_the_subject_s_declared_dependencies(tmp_path: Path) -> None:
     from importlib.metadata import version
 
-    from regression.fingerprint import key_packages, package_lines
+    from regression.environment.fingerprint import key_packages, package_lines
 
     (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT)
     chosen = settings(tmp_path)
@@ -256,7 +256,7 @@ def test_the_key_holds_the_subject_s_declared_dependencies(tmp_path: Path) -> No
 
 def test_fingerprint_packages_add_to_the_dependencies_and_exclusions_remove_them(
         tmp_path: Path) -> None:
-    from regression.fingerprint import key_packages, package_lines
+    from regression.environment.fingerprint import key_packages, package_lines
 
     (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT)
     chosen = settings(tmp_path, fingerprint_packages=("numpy",),
@@ -269,7 +269,7 @@ def test_fingerprint_packages_add_to_the_dependencies_and_exclusions_remove_them
 
 
 def test_a_project_file_of_another_project_is_not_the_subject_s(tmp_path: Path) -> None:
-    from regression.fingerprint import key_packages, package_lines
+    from regression.environment.fingerprint import key_packages, package_lines
 
     (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT.replace('"zoo"', '"tooling"'))
     assert key_packages(settings(tmp_path)) == []
@@ -282,7 +282,7 @@ def test_a_project_file_of_another_project_is_not_the_subject_s(tmp_path: Path) 
 def test_a_runtime_requirement_file_adds_to_the_key_and_a_development_one_does_not(
         tmp_path: Path) -> None:
     """timm's layout: pyproject.toml names the subject, numpy is only in requirements.txt."""
-    from regression.fingerprint import key_packages, package_lines
+    from regression.environment.fingerprint import key_packages, package_lines
 
     (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT)
     (tmp_path / "requirements.txt").write_text("Pytest\nnumpy>=1.20\n")
@@ -298,7 +298,7 @@ def test_a_runtime_requirement_file_adds_to_the_key_and_a_development_one_does_n
 
 def test_requirement_files_count_when_the_project_files_are_another_project_s(
         tmp_path: Path) -> None:
-    from regression.fingerprint import key_packages, package_lines
+    from regression.environment.fingerprint import key_packages, package_lines
 
     (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT.replace('"zoo"', '"tooling"'))
     (tmp_path / "requirements.txt").write_text("numpy\n")
@@ -311,7 +311,7 @@ def test_requirement_files_count_when_the_project_files_are_another_project_s(
 
 
 def test_a_package_has_one_spelling_wherever_it_was_named(tmp_path: Path) -> None:
-    from regression.fingerprint import key_packages
+    from regression.environment.fingerprint import key_packages
 
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "zoo"\ndependencies = ["huggingface-hub", "Py_YAML"]\n')
@@ -323,7 +323,7 @@ def test_a_package_has_one_spelling_wherever_it_was_named(tmp_path: Path) -> Non
 def test_given_packages_are_the_key_s_and_the_project_s_files_are_not_read(
         tmp_path: Path) -> None:
     """What a recording does: the names come from its job, whatever the files say now."""
-    from regression.fingerprint import packages_in
+    from regression.environment.fingerprint import packages_in
 
     (tmp_path / "requirements.txt").write_text("numpy\n")
     parts = environment_parts(settings(tmp_path), "a")

@@ -10,9 +10,9 @@ import torch
 
 from regression.store.cache import Entry
 from regression.store.record import ABSENT, CaseRecord, Output
-from regression.compare import compare
-from regression.config import Determinism
-from regression.determinism import REDUCED_PRECISION
+from regression.compare.outputs import compare
+from regression.config.settings import Determinism
+from regression.environment.determinism import REDUCED_PRECISION
 from regression.errors import DeterminismError, StoreError
 from regression.plugin.fixture import CheckSink, RecordSink, Regression, snapshot
 from regression.store.digest import TensorDigest

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from regression.compare import Difference
+from regression.compare.outputs import Difference
 from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN
 from regression.diagnose.explain import CallRow, Explanation, call_rows, explain
 from regression.diagnose.explain_report import explanation_lines
@@ -20,7 +20,7 @@ from regression.diagnose.trace import Tracer
 from regression.diagnose.trace_file import Call, Trace, read_trace, write_outputs
 from regression.diagnose.tracing import write_page
 from regression.errors import RegressionError
-from regression.tensordiff import scan
+from regression.compare.tensordiff import scan
 
 
 class Mix(nn.Module):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import Determinism, Settings
+from regression.config.settings import Determinism, Settings
 from regression.errors import CacheWriteError
-from regression.gitcmd import Repository
+from regression.repository.gitcmd import Repository
 from regression.outcomes import CHANGED, ERROR, IDENTICAL, CaseOutcome
 from regression.run.completion import Completion
 from regression.run.job import GEN_ONLY, JOB_ENV, CheckJob, CollectJob, RecordJob, current_job

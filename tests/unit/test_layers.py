@@ -37,7 +37,10 @@ def _imports(path: Path) -> set[str]:
 
 
 MODULES = _modules()
-LOWER = [name for name in MODULES if name.startswith(("regression.plugin", "regression.store"))
+CORES = ("regression.compare", "regression.config", "regression.environment",
+         "regression.repository")
+"""The packages of pure cores and leaves that every layer stands on."""
+LOWER = [name for name in MODULES if name.startswith(("regression.plugin", "regression.store") + CORES)
          or (name.count(".") == 1 and name not in ("regression.tasks", "regression.__main__"))]
 
 
@@ -225,8 +228,14 @@ def test_no_module_lists_names_to_hand_on(name: str) -> None:
 def test_the_shim_finder_finds_a_shim(tmp_path: Path) -> None:
     shim = tmp_path / "user.py"
     shim.write_text("from regression.store.cache import CaseRecord, Entry\n"
-                    "def f():\n    from regression.config import find_config\n",
+                    "def f():\n    from regression.config.settings import find_config\n",
                     encoding="utf-8")
     defined = {name: _defined(path) for name, path in MODULES.items()}
     found = [line.rsplit(": ", 1)[1] for line in _borrowed(defined, shim, tmp_path)]
-    assert found == ["regression.store.cache.CaseRecord", "regression.config.find_config"]
+    assert found == ["regression.store.cache.CaseRecord", "regression.config.settings.find_config"]
+
+
+def test_the_package_top_holds_at_most_twelve_modules() -> None:
+    """Modules sized by concept live in packages named by concept; the top keeps the leaves."""
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top

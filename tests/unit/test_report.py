@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from regression.compare import Difference
+from regression.compare.outputs import Difference
 from regression.outcomes import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
 from regression.report import (
     github_annotations,
@@ -170,7 +170,7 @@ def _state(**changes: object) -> dict[str, object]:
 
 
 def _detail(reference: dict[str, object], actual: dict[str, object]) -> str:
-    from regression.compare import compare
+    from regression.compare.outputs import compare
     from regression.report import changed_detail
 
     return changed_detail([("state", compare(reference, actual, name="'state'"))])
@@ -248,7 +248,7 @@ def test_a_head_that_lost_its_norm_reads_as_keys_missing_and_added() -> None:
 
 
 def test_several_values_are_counted_and_other_outputs_named() -> None:
-    from regression.compare import compare
+    from regression.compare.outputs import compare
     from regression.report import changed_detail
 
     changed = [("meta", compare({"n": 3}, {"n": 4}, name="'meta'")),
@@ -261,7 +261,7 @@ def test_a_difference_in_another_output_is_counted_once() -> None:
     """Not `also 1 more value differs (and 1 more outputs differ: 'forward_features')`."""
     import torch
 
-    from regression.compare import compare
+    from regression.compare.outputs import compare
     from regression.report import changed_detail
 
     changed = [("logits", compare(torch.zeros(2), torch.ones(2), name="'logits'")),

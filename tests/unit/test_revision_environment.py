@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from regression.gitcmd import git_environment
+from regression.repository.gitcmd import git_environment
 
 
 def test_repository_and_index_variables_are_dropped() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import Settings
-from regression.configpaths import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
+from regression.config.settings import Settings
+from regression.config.paths import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
 from regression.run.job import JOB_ENV
 from regression.run.launch import _child_environment, _started_as_pytest
 

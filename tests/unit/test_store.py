@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from crafted_files import CRAFTED, craft, entry
-from regression.compare import compare
+from regression.compare.outputs import compare
 from regression.errors import StoreError
-from regression.fingerprint import digest
+from regression.environment.fingerprint import digest
 from regression.nodes import MAX_DEPTH, path_label, tensor_names
 from regression.store.codec import (
     Encoder,
@@ -429,7 +429,7 @@ def test_a_header_parsed_again_gives_the_same_slots_and_its_own_list() -> None:
 
 def test_a_header_seen_before_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cases of a suite store tensors of the same names and shapes: one parse serves all."""
-    from regression import strictjson
+    from regression.store import strictjson
     from regression.store.tensorfile import build_header, parse_header
 
     header, slots = build_header([("only_in_this_test", "F32", (5, 7))])

@@ -1,4 +1,4 @@
-"""Tests of regression.strictjson: JSON parsed within bounds, every excess a ValueError."""
+"""Tests of regression.store.strictjson: JSON parsed within bounds, every excess a ValueError."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from regression.strictjson import loads, nesting
+from regression.store.strictjson import loads, nesting
 
 
 @pytest.mark.parametrize(("text", "depth"), [

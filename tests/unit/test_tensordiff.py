@@ -1,4 +1,4 @@
-"""Tests of regression.tensordiff: ULP distances, the verdict, and the full report."""
+"""Tests of regression.compare.tensordiff: ULP distances, the verdict, and the full report."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from regression.compare import compare_tensors
-from regression.tensordiff import scan, ulp_distances
-from regression.tensordiff_text import report_lines, value_text
-from regression.tensorlayout import aligned, layout
+from regression.compare.outputs import compare_tensors
+from regression.compare.tensordiff import scan, ulp_distances
+from regression.compare.tensordiff_text import report_lines, value_text
+from regression.compare.layout import aligned, layout
 
 FLOATS = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
 

@@ -6,7 +6,7 @@ import re
 from typing import Sequence
 
 from regression.errors import GitError, RevisionError
-from regression.gitcmd import Repository, git_process, is_shallow, run_git, short
+from regression.repository.gitcmd import Repository, git_process, is_shallow, run_git, short
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 

@@ -13,11 +13,11 @@ from typing import Iterable, Mapping, Sequence
 
 import xxhash
 
-from regression.config import Settings
-from regression.dependencies import Requirement, distribution_requirements, distributions_of, \
+from regression.config.settings import Settings
+from regression.environment.dependencies import Requirement, distribution_requirements, distributions_of, \
     normalized, project_name, runtime_requirements
-from regression.dependencies import declared as declared_requirements
-from regression.determinism import no_cuda_message
+from regression.environment.dependencies import declared as declared_requirements
+from regression.environment.determinism import no_cuda_message
 from regression.errors import DeterminismError
 
 FORMAT_VERSION = "4"

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from regression.fingerprint import file_digest, files_digest
+from regression.environment.fingerprint import file_digest, files_digest
 
 
 def harness_files(test_file: Path, rootdir: Path, extra: Iterable[Path] = ()) -> list[Path]:

@@ -13,8 +13,8 @@ from regression.nodes import float_bits, path_label
 from regression.store.tensorbytes import DTYPES as STORED_DTYPES
 from regression.store.tensorbytes import complex_name, dtype_name, resolved
 from regression.store.digest import TensorDigest, digest_tensor, tensor_xxh3
-from regression.tensordiff import CHUNK, SAME_WIDTH_INT, scan, scan_complex
-from regression.tensordiff_text import (complex_headline, complex_report_lines, headline,
+from regression.compare.tensordiff import CHUNK, SAME_WIDTH_INT, scan, scan_complex
+from regression.compare.tensordiff_text import (complex_headline, complex_report_lines, headline,
                                         report_lines)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import xxhash
 
-from regression.config import Determinism
+from regression.config.settings import Determinism
 from regression.errors import DeterminismError
 
 CUBLAS_WORKSPACE = ":4096:8"

@@ -7,7 +7,7 @@ from itertools import permutations
 
 import torch
 
-from regression.tensordiff import as_int, flat_cpu
+from regression.compare.tensordiff import as_int, flat_cpu
 
 MAX_PERMUTED = 6  # dims up to which every permutation is tried for a layout
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from regression.tensordiff import (BANDS, SAME_WIDTH_INT, ULP_BUCKETS, ComplexDiff, Element,
+from regression.compare.tensordiff import (BANDS, SAME_WIDTH_INT, ULP_BUCKETS, ComplexDiff, Element,
                                    TensorDiff)
 
 

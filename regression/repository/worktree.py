@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 import xxhash
 
 from regression.errors import RevisionError
-from regression.gitcmd import Repository, git_process, run_git, short
+from regression.repository.gitcmd import Repository, git_process, run_git, short
 from regression.store.scratch import pid_alive
 
 
