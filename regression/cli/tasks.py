@@ -246,6 +246,7 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
         spec, count = _shard(shard), _workers(workers)
         resolved = resolve(current_settings(), reference)
         picked = selection(k, case, resolved.settings.root, shard, resolved.settings.tests)
+        github.tell_reference(resolved.label, reference)
         code = _check(CheckRequest(resolved, spec, no_gen=no_gen, strict=strict,
                                    junitxml=junitxml, store_durations=store_durations,
                                    workers=count, picked=picked, full_values=full_values))
@@ -260,6 +261,7 @@ def _compare(reference: str | None, candidate: str, shard_spec: str | None, stri
             required="--candidate")
     spec = _shard(shard_spec)
     resolved = resolve(current_settings(), reference)
+    github.tell_reference(resolved.label, reference)
     with candidate_checkout(resolved, candidate) as subject_root:
         print(f"comparing {candidate} (candidate) with {resolved.label} (reference)")
         return _check(CheckRequest(resolved, spec, strict=strict, junitxml=junitxml,
