@@ -30,7 +30,7 @@ from regression.outcomes import CHANGED
 from regression.report import generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
-    run_check
+    restore_key, run_check
 from regression.run.generation import record_values
 from regression.run.types import CheckResult, Reference, Suite, resolve
 from regression.shard import MAX_SHARDS, ShardSpec, assign, parse_shard
@@ -304,6 +304,7 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
     line = cache_key(suite)
     if github_output:
         _append_github_output("key", line)
+        _append_github_output("restore-key", restore_key(suite))
     print(line)
 
 
@@ -353,7 +354,8 @@ def _append_github_output(name: str, value: str | None) -> None:
     "reference": REFERENCE_HELP,
     "shard": SHARD_HELP,
     "explain": "list every part the key is made of",
-    "github-output": "also append key=... to $GITHUB_OUTPUT",
+    "github-output": "also append key=... and restore-key=... (its prefix without the "
+                     "test code, for actions/cache's restore-keys) to $GITHUB_OUTPUT",
     "device": DEVICE_HELP,
 })
 def key(c: Context, reference: str | None = None, shard: str | None = None,

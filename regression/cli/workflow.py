@@ -25,7 +25,7 @@ WORKFLOW = '''\
 # Bit-exact regression tests: a pull request against its base commit, a push to main and
 # the schedule against config.yaml's reference. Split across {shards} {runners}: {why}.
 # To change that, edit the matrix's shard list.
-# Each shard generates only its own reference and caches it under its own exact key.
+# Each shard generates only its own reference and caches it under its own key.
 name: regression
 
 on:
@@ -98,6 +98,10 @@ jobs:
         with:
           path: .regression-cache
           key: ${{{{ steps.key.outputs.key }}}}
+          # Another save of this reference, environment and shard, for other test code
+          # (a pull request's, or main's before a merge): each case whose harness is
+          # unchanged is reused, the others recorded. Every case is checked before use.
+          restore-keys: ${{{{ steps.key.outputs.restore-key }}}}
       - name: Generate the reference
         id: gen
         run: .venv/bin/invoke gen --shard "$SHARD" ${{REFERENCE:+--reference "$REFERENCE"}}

@@ -202,6 +202,8 @@ def test_a_pull_request_is_checked_against_its_base_and_a_push_against_config_ya
     assert env["REGRESSION_REFERENCE_FOR"] == "${{ github.event_name }}"
     for name in ("key", "gen", "test"):
         assert '${REFERENCE:+--reference "$REFERENCE"}' in _step(repo, name)["run"], name
+    restore = _step(repo, "restore")["with"]
+    assert restore["restore-keys"] == "${{ steps.key.outputs.restore-key }}"
     _lint(repo)
 
 

@@ -40,10 +40,8 @@ def test_zizmor_finds_nothing() -> None:
 
 
 def test_workflow_follows_the_rules_of_the_cache_and_of_inputs() -> None:
-    text = WORKFLOW.read_text(encoding="utf-8")
     data = _workflow()
     assert data["permissions"] == {"contents": "read"}
-    assert "restore-keys" not in text  # a prefix match would be another fingerprint
     job = data["jobs"]["regression"]
     assert job["strategy"]["matrix"]["shard"] == list(range(1, SHARDS + 1))
     steps = job["steps"]
@@ -53,6 +51,10 @@ def test_workflow_follows_the_rules_of_the_cache_and_of_inputs() -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+", python["with"]["python-version"])
     for step in (s for jobs in data["jobs"].values() for s in jobs["steps"] if "run" in s):
         assert "${{" not in step["run"], f"expression inside run: {step['run']}"
+    restore = next(s for s in steps if s.get("id") == "restore")
+    assert restore["with"]["key"] == "${{ steps.key.outputs.key }}"
+    # a save for other test code: harmless, every case is checked before use (the rehearsal)
+    assert restore["with"]["restore-keys"] == "${{ steps.key.outputs.restore-key }}"
     save = next(s for s in steps if s.get("uses", "").startswith("actions/cache/save@"))
     assert save["if"] == "steps.restore.outputs.cache-hit != 'true'"
     assert "test-suite" in data["jobs"]
@@ -129,45 +131,58 @@ def _cases(junit: Path) -> list[str]:
 @pytest.mark.slow
 def test_workflow_rehearsal_shards_cover_every_case_once_and_reuse_the_cache(
         zoo_repo_template: Path, tmp_path: Path) -> None:
-    saved: dict[str, Path] = {}  # what actions/cache/save stored, by exact key
-    keys, sharded = set(), []
+    saved: dict[str, Path] = {}  # what actions/cache/save stored, by exact key, oldest first
+    keys: set[str] = set()
+    restores: list[str] = []
+    sharded: list[str] = []
     # The steps' own `.venv/bin/invoke`: each run a fork of the warm Python, each recording
     # its own process, as in `Repo.invoke`.
     venv = tmp_path / "venv"
     with invoke_command(venv / "bin" / "invoke"):
-        # The second rehearsal, on the last shard, restores what the first saved.
-        for rehearsal, shards in (("first", range(1, SHARDS + 1)), ("second", (SHARDS,))):
+        # The second rehearsal, on the last shard, restores what the first saved; the third,
+        # with a new helper file under the tests (another key), restores it by restore-keys.
+        for rehearsal, shards in (("first", range(1, SHARDS + 1)), ("second", (SHARDS,)),
+                                  ("third", (SHARDS,))):
             for shard in shards:
-                sharded += _rehearse(zoo_repo_template, tmp_path / f"{rehearsal}-{shard}",
-                                     venv, shard, saved, keys, first=rehearsal == "first")
-    assert len(keys) == SHARDS  # each shard its own key, the same in both rehearsals
+                clone = _fresh_clone(zoo_repo_template, tmp_path / f"{rehearsal}-{shard}", venv)
+                if rehearsal == "third":  # not committed: config.yaml's reference is HEAD
+                    (clone / "tests" / "regression" / "notes.py").write_text('"""Notes."""\n')
+                found, restored = _rehearse(clone, shard, saved, keys)
+                sharded += found if rehearsal == "first" else []
+                restores.append(restored)
+    assert restores == ["missed"] * SHARDS + ["exact", "prefix"]
+    assert len(keys) == SHARDS + 1  # each shard its own key, the same in two rehearsals
     assert sorted(sharded) == sorted(_collected_cases(zoo_repo_template))
     assert len(sharded) == len(set(sharded)) > SHARDS
 
 
-def _rehearse(template: Path, folder: Path, venv: Path, shard: int, saved: dict[str, Path],
-              keys: set[str], first: bool) -> list[str]:
-    """One shard's job in a fresh clone, with actions/cache's exact-key restore and save;
-    the cases its JUnit report names (first rehearsal only)."""
-    clone = _fresh_clone(template, folder, venv)
-    cache, github_output = clone / ".regression-cache", folder.parent / "out"
+def _rehearse(clone: Path, shard: int, saved: dict[str, Path],
+              keys: set[str]) -> tuple[list[str], str]:
+    """One shard's job in `clone`, with actions/cache's restore (the exact key, else the
+    newest save that restore-key prefixes) and its save after a miss: the cases its JUnit
+    report names, and how the cache was restored (exact, prefix or missed)."""
+    cache, github_output = clone / ".regression-cache", clone.parent / "out"
     github_output.write_text("")
     key_step = _run_step("key", clone, shard, cache, github_output)
     assert key_step.returncode == 0, output(key_step)
-    key = github_output.read_text().strip().removeprefix("key=")
+    outputs = dict(line.split("=", 1) for line in github_output.read_text().splitlines())
+    key, prefix = outputs["key"], outputs["restore-key"]
+    assert key.startswith(prefix) and f"shard{shard}of{SHARDS}" in prefix
     keys.add(key)
-    hit = key in saved
-    if hit:
-        shutil.copytree(saved[key], cache)
+    matches = [k for k in saved if k.startswith(prefix)]
+    restored = "exact" if key in saved else "prefix" if matches else "missed"
+    if matches:
+        shutil.copytree(saved[key if key in saved else matches[-1]], cache)
     gen = _run_step("gen", clone, shard, cache, github_output)
     assert gen.returncode == 0, output(gen)
-    assert ("nothing generated" in gen.stdout) == hit, (folder.name, output(gen))
-    if not hit:
-        saved[key] = folder.parent / "saved" / key
+    # a restored save is reused whole: the harness of no case changed
+    assert ("nothing generated" in gen.stdout) == bool(matches), (clone.name, output(gen))
+    if restored != "exact":  # the save step: cache-hit is false after a prefix match
+        saved[key] = clone.parent / "saved" / key
         shutil.copytree(cache, saved[key])
     test = _run_step("test", clone, shard, cache, github_output)
     assert test.returncode == 0, output(test)
-    return _cases(clone / f"regression-shard-{shard}.xml") if first else []
+    return _cases(clone / f"regression-shard-{shard}.xml"), restored
 
 
 def _collected_cases(repo: Path) -> list[str]:
