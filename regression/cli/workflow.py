@@ -98,9 +98,9 @@ jobs:
         with:
           path: .regression-cache
           key: ${{{{ steps.key.outputs.key }}}}
-          # Another save of this reference, environment and shard, for other test code
-          # (a pull request's, or main's before a merge): each case whose harness is
-          # unchanged is reused, the others recorded. Every case is checked before use.
+          # Else the newest save of this reference, environment and shard with other test
+          # code: each case whose harness is unchanged is reused, the others recorded (every
+          # case is checked before use, so a save made for other code is harmless).
           restore-keys: ${{{{ steps.key.outputs.restore-key }}}}
       - name: Generate the reference
         id: gen
