@@ -37,3 +37,46 @@ def _why(error: OSError, path: str) -> str:
     if error.errno == errno.ENXIO:
         return "it is a pipe that nothing reads"
     return error.strerror or str(error)
+
+
+REFERENCE_FOR = "REGRESSION_REFERENCE_FOR"
+"""Set by the workflow to the event it chose the reference for (`${{ github.event_name }}`):
+a check run then says which reference it used and why, in its log and step summary."""
+PULL_REQUEST = "pull_request"
+WHY_BY_EVENT = {
+    "push": "on a push",
+    "schedule": "on the schedule",
+    "workflow_dispatch": "on a manual run",
+}
+
+
+def reference_why(given: str | None) -> str | None:
+    """Why the run checks against its reference, from $REGRESSION_REFERENCE_FOR and whether
+    --reference was given; None when the variable is unset (outside the workflow)."""
+    event = os.environ.get(REFERENCE_FOR, "")
+    if not event:
+        return None
+    if event == PULL_REQUEST:
+        if given is None:
+            raise ConfigError(f"${REFERENCE_FOR}", f"{PULL_REQUEST!r} says the reference is the "
+                              "pull request's base commit, but no --reference was given: pass "
+                              "it, e.g. --reference \"$REFERENCE\" with REFERENCE set to "
+                              "${{ github.event.pull_request.base.sha }}")
+        return "the pull request's base commit, so this job says what the pull request changes"
+    when = WHY_BY_EVENT.get(event, f"on a {event} event")
+    if given is None:
+        return f"config.yaml's reference {when}, so this job says what changed since it"
+    if event == "workflow_dispatch":
+        return f"the manual run's reference input ({given})"
+    return f"--reference {given} {when}"
+
+
+def tell_reference(label: str, given: str | None) -> None:
+    """Say which reference this run checks against and why, in the log and the step
+    summary, when the workflow set $REGRESSION_REFERENCE_FOR."""
+    why = reference_why(given)
+    if why is None:
+        return
+    print(f"reference {label}: {why}")
+    if os.environ.get(STEP_SUMMARY):
+        append(STEP_SUMMARY, f"**Reference:** `{label}`: {why}.\n\n")

@@ -30,7 +30,7 @@ from regression.outcomes import CHANGED
 from regression.report import generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
-    run_check
+    restore_key, run_check
 from regression.run.generation import record_values
 from regression.run.types import CheckResult, Reference, Suite, resolve
 from regression.shard import MAX_SHARDS, ShardSpec, assign, parse_shard
@@ -246,6 +246,7 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
         spec, count = _shard(shard), _workers(workers)
         resolved = resolve(current_settings(), reference)
         picked = selection(k, case, resolved.settings.root, shard, resolved.settings.tests)
+        github.tell_reference(resolved.label, reference)
         code = _check(CheckRequest(resolved, spec, no_gen=no_gen, strict=strict,
                                    junitxml=junitxml, store_durations=store_durations,
                                    workers=count, picked=picked, full_values=full_values))
@@ -260,6 +261,7 @@ def _compare(reference: str | None, candidate: str, shard_spec: str | None, stri
             required="--candidate")
     spec = _shard(shard_spec)
     resolved = resolve(current_settings(), reference)
+    github.tell_reference(resolved.label, reference)
     with candidate_checkout(resolved, candidate) as subject_root:
         print(f"comparing {candidate} (candidate) with {resolved.label} (reference)")
         return _check(CheckRequest(resolved, spec, strict=strict, junitxml=junitxml,
@@ -303,6 +305,7 @@ def _key(reference: str | None, shard_spec: str | None, explain: bool,
     line = cache_key(suite)
     if github_output:
         _append_github_output("key", line)
+        _append_github_output("restore-key", restore_key(suite))
     print(line)
 
 
@@ -360,7 +363,8 @@ def _append_github_output(name: str, value: str | None) -> None:
     "reference": REFERENCE_HELP,
     "shard": SHARD_HELP,
     "explain": "list every part the key is made of",
-    "github-output": "also append key=... to $GITHUB_OUTPUT",
+    "github-output": "also append key=... and restore-key=... (its prefix without the "
+                     "test code, for actions/cache's restore-keys) to $GITHUB_OUTPUT",
     "device": DEVICE_HELP,
 })
 def key(c: Context, reference: str | None = None, shard: str | None = None,

@@ -22,15 +22,18 @@ TEST_FUNCTION = re.compile(r"^\s*(?:async\s+)?def\s+test_?\w*\s*\(", re.MULTILIN
 PYTHON_VERSION = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}(\.[0-9]{1,3})?")
 
 WORKFLOW = '''\
-# Bit-exact regression tests against config.yaml's reference, split across {shards} {runners}:
-# {why}. To change that, edit the matrix's shard list.
-# Each shard generates only its own reference and caches it under its own exact key.
+# Bit-exact regression tests: a pull request against its base commit, a push to main and
+# the schedule against config.yaml's reference. Split across {shards} {runners}: {why}.
+# To change that, edit the matrix's shard list.
+# Each shard generates only its own reference and caches it under its own key.
 name: regression
 
 on:
   push:
     branches: [main]
   pull_request:
+  schedule:
+    - cron: "23 4 * * 1"  # Mondays: a new runner image or package changes what is recorded
   workflow_dispatch:
     inputs:
       reference:
@@ -57,7 +60,12 @@ jobs:
     env:
       SHARD: ${{{{ matrix.shard }}}}/${{{{ strategy.job-total }}}}
       JUNIT: regression-shard-${{{{ matrix.shard }}}}.xml
-      REFERENCE: ${{{{ inputs.reference }}}}
+      # The reference: a pull request's base commit, so that the job says what the pull
+      # request changes; a manual run's input; empty on a push and on the schedule:
+      # config.yaml's, so that the job says what changed since it. The tool says which it
+      # used and why (REGRESSION_REFERENCE_FOR), in the log and the step summary.
+      REFERENCE: ${{{{ github.event.pull_request.base.sha || inputs.reference }}}}
+      REGRESSION_REFERENCE_FOR: ${{{{ github.event_name }}}}
       CANDIDATE: ${{{{ inputs.candidate }}}}
       # Where pip finds torch-regression: CHECK THIS LINE (a git URL with a tag, or a wheel).
       TORCH_REGRESSION: {torch_regression}
@@ -90,6 +98,10 @@ jobs:
         with:
           path: .regression-cache
           key: ${{{{ steps.key.outputs.key }}}}
+          # Else the newest save of this reference, environment and shard with other test
+          # code: each case whose harness is unchanged is reused, the others recorded (every
+          # case is checked before use, so a save made for other code is harmless).
+          restore-keys: ${{{{ steps.key.outputs.restore-key }}}}
       - name: Generate the reference
         id: gen
         run: .venv/bin/invoke gen --shard "$SHARD" ${{REFERENCE:+--reference "$REFERENCE"}}

@@ -102,15 +102,22 @@ def run_check(reference: Reference, job: CheckJob, args: Sequence[str],
 
 
 def cache_key(suite: Suite) -> str:
-    """The key CI's cache uses: the subject's code (not the commit: a commit that leaves the
-    subject alone restores the same cache), the environment entry, every case's harness,
-    every Python file under the test folders (helpers are known only once recorded), the
-    shard."""
-    subject = digest(suite.reference.code.encode())[:12]
+    """The key CI's cache uses: `restore_key`'s prefix (the subject's code, the environment
+    entry, the shard), then every case's harness and every Python file under the test folders
+    (helpers are known only once recorded)."""
     code = files_digest(suite.reference.settings.root, key_code_files(suite))
     harness = digest(json.dumps([sorted(suite.cases.items()), code]).encode())
-    key = f"torch-regression-{subject}-{suite.entry.key[:16]}-{harness[:16]}"
-    return f"{key}-shard{suite.shard.index}of{suite.shard.count}" if suite.shard else key
+    return f"{restore_key(suite)}{harness[:16]}"
+
+
+def restore_key(suite: Suite) -> str:
+    """The prefix of `cache_key` that actions/cache's restore-keys matches: the same subject
+    code (not the commit: a commit that leaves the subject alone restores the same cache),
+    environment and shard, whatever the test code. Harmless, as every entry is checked, case
+    by case, before use: a case whose harness is unchanged is reused, any other recorded."""
+    subject = digest(suite.reference.code.encode())[:12]
+    shard = f"shard{suite.shard.index}of{suite.shard.count}-" if suite.shard else ""
+    return f"torch-regression-{subject}-{suite.entry.key[:16]}-{shard}"
 
 
 def key_code_files(suite: Suite) -> list[Path]:

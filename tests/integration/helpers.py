@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -297,3 +298,13 @@ include = ["{name}*"]
 
 [tool.pytest.ini_options]
 {pytest_settings}"""
+
+
+def expand_expressions(value: object, known: dict[str, str]) -> str:
+    """`value` with each `${{ ... }}` GitHub would evaluate in a job's env replaced, for the
+    few forms a workflow here uses: a name, or names joined by `||` (the first that is not
+    empty; a null is empty). A name not in `known` is a KeyError: the test must say it."""
+    def evaluate(found: re.Match[str]) -> str:
+        values = [known[name.strip()] for name in found.group(1).split("||")]
+        return next((value for value in values if value), "")
+    return re.sub(r"\$\{\{\s*([\w.|\s-]+?)\s*\}\}", evaluate, str(value))

@@ -48,7 +48,9 @@ def test_key_is_one_line_for_ci_and_follows_the_cpu_capability(subject_repo: Rep
     with_output = subject_repo.invoke("key", "--github-output",
                                       env={"GITHUB_OUTPUT": str(github)})
     assert with_output.stdout.strip() == key
-    assert github.read_text() == f"earlier=1\nkey={key}\n"
+    # and the prefix restore-keys matches: the key without its test code's 16 digits
+    assert github.read_text() == f"earlier=1\nkey={key}\nrestore-key={key[:-16]}\n"
+    assert key[:-16].endswith("-") and key[-16:].isalnum()
     other = subject_repo.invoke("key", "--explain", env={"ATEN_CPU_CAPABILITY": "default"})
     assert other.stdout.splitlines()[-1] != key
     assert "kernel variables: ATEN_CPU_CAPABILITY=default" in other.stdout

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import Repo, init_repo, installable_pyproject, output
+from helpers import Repo, expand_expressions, init_repo, installable_pyproject, output
 
 from regression.cli.workflow import TORCH_INDEXES, TORCH_REGRESSION
 from regression.cli.main import main
@@ -182,12 +182,29 @@ def test_manual_runs_take_a_reference_and_a_candidate_as_this_project_s_workflow
     assert set(inputs) == {"reference", "candidate"}
     assert all(i["type"] == "string" and i["default"] == "" for i in inputs.values())
     env = _job(repo)["env"]
-    assert env["REFERENCE"] == "${{ inputs.reference }}"
+    assert env["REFERENCE"] == "${{ github.event.pull_request.base.sha || inputs.reference }}"
     assert env["CANDIDATE"] == "${{ inputs.candidate }}"
     test = _step(repo, "test")["run"]
     assert 'invoke compare --candidate "$CANDIDATE"' in test and "invoke test" in test
     for step in _job(repo)["steps"]:
         assert "${{" not in step.get("run", ""), step
+
+
+def test_a_pull_request_is_checked_against_its_base_and_a_push_against_config_yaml(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _library(tmp_path, {"pyproject.toml": _pyproject([])})
+    _init(repo, monkeypatch, capsys)
+    data = yaml.safe_load((repo.path / WORKFLOW).read_text())
+    assert set(data[True]) == {"push", "pull_request", "schedule", "workflow_dispatch"}
+    env = _job(repo)["env"]
+    assert env["REFERENCE"] == "${{ github.event.pull_request.base.sha || inputs.reference }}"
+    assert env["REGRESSION_REFERENCE_FOR"] == "${{ github.event_name }}"
+    for name in ("key", "gen", "test"):
+        assert '${REFERENCE:+--reference "$REFERENCE"}' in _step(repo, name)["run"], name
+    restore = _step(repo, "restore")["with"]
+    assert restore["restore-keys"] == "${{ steps.key.outputs.restore-key }}"
+    _lint(repo)
 
 
 def test_torch_regression_comes_from_a_pinned_git_url_and_init_says_to_check_it(
@@ -266,17 +283,20 @@ def _local_index() -> str:
     return found[0]
 
 
-def _expand(value: object) -> str:
-    known = {"matrix.shard": "1", "strategy.job-total": "1", "inputs.reference": "",
-             "inputs.candidate": ""}
-    return re.sub(r"\$\{\{\s*([\w.-]+)\s*\}\}", lambda m: known[m.group(1)], str(value))
+def _expand(value: object, base: str) -> str:
+    """The job's env as GitHub evaluates it for a pull request on base commit `base`."""
+    return expand_expressions(value, {
+        "matrix.shard": "1", "strategy.job-total": "1", "inputs.reference": "",
+        "inputs.candidate": "", "github.event_name": "pull_request",
+        "github.event.pull_request.base.sha": base})
 
 
-def _run_step(repo: Repo, name: str, env: dict[str, str], script: str | None = None
+def _run_step(repo: Repo, name: str, env: dict[str, str], base: str, script: str | None = None
               ) -> subprocess.CompletedProcess[str]:
-    """A run step with the job's env, in bash -e, as GitHub runs it."""
+    """A run step with the job's env, in bash -e, as GitHub runs it on a pull request."""
     job = _job(repo)
-    environment = {**repo.env(), **{k: _expand(v) for k, v in job["env"].items()}, **env}
+    environment = {**repo.env(), **{k: _expand(v, base) for k, v in job["env"].items()},
+                   **env}
     return subprocess.run(["bash", "-e", "-c", script or _step(repo, name)["run"]],
                           cwd=repo.path, env=environment, text=True, capture_output=True,
                           check=False, timeout=900)
@@ -289,9 +309,13 @@ def test_rehearsal_installs_offline_and_its_key_gen_and_test_steps_pass(
     """The Install step, run in bash as the workflow runs it, with two substitutions only:
     this machine's package index for PyTorch's, and our wheel for the placeholder git URL.
     torch is the CPU build on both; torchvision has no CPU build on this machine's index
-    (its torchvision is PyPI's CUDA build), so this library declares torch alone."""
+    (its torchvision is PyPI's CUDA build), so this library declares torch alone. Then its
+    key, gen and test steps on a pull request whose base widened mini-a since the release
+    (config.yaml's reference): checked against its base, nothing changed."""
     index = _local_index()
     repo = _library(tmp_path, {"pyproject.toml": _pyproject(["torch==2.13.0"])})
+    repo.write("minilib/__init__.py", MODELS.replace("width = 8", "width = 12"))
+    base = repo.commit("the base: mini-a is wider")
     _init(repo, monkeypatch, capsys)
     starter = (repo.path / "tests/regression/test_regression.py").read_text()
     starter = starter.replace("import minilib", "import minilib  # noqa")
@@ -306,7 +330,7 @@ def test_rehearsal_installs_offline_and_its_key_gen_and_test_steps_pass(
            "TORCH_REGRESSION": f"torch-regression[xdist] @ {our_wheel.as_uri()}",
            "PIP_NO_INPUT": "1", "PIP_NO_COMPILE": "1"}  # no .pyc of torch: minutes here
     try:
-        installed = _run_step(repo, "Install", env, install)
+        installed = _run_step(repo, "Install", env, base, install)
         assert installed.returncode == 0, output(installed)
         pins = (repo.path / ".venv/torch-pins.txt").read_text()
         assert re.fullmatch(r"torch==2\.13\.0\+cpu\n", pins), pins
@@ -314,10 +338,11 @@ def test_rehearsal_installs_offline_and_its_key_gen_and_test_steps_pass(
         github_output.write_text("")
         steps = {"GITHUB_OUTPUT": str(github_output), "REGRESSION_CACHE_DIR": str(repo.cache)}
         for name in ("key", "gen", "test"):
-            done = _run_step(repo, name, steps)
+            done = _run_step(repo, name, steps, base)
             assert done.returncode == 0, (name, output(done))
         assert github_output.read_text().startswith("key=torch-regression-")
-        assert "6 cases: 6 identical, 0 changed" in done.stdout
+        assert f"reference {base[:12]}: the pull request's base commit" in done.stdout
+        assert f"reference {base[:12]}: 6 cases: 6 identical, 0 changed" in done.stdout
     finally:
         shutil.rmtree(repo.path / ".venv", ignore_errors=True)  # a gigabyte of torch
 
