@@ -263,11 +263,11 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
 
 
 def _accept(chosen: tuple[str | None, list[str] | None], reason: str | None, prune: bool,
-            reference: str | None, workers: str | None) -> int:
+            workers: str | None) -> int:
     """Check the working tree without declarations; write each changed case into
     regression-changes.yaml (with --prune: drop the entries whose case no longer differs).
     The exit code is 1 where cases failed that no declaration may excuse."""
-    require_filled(("-k", chosen[0]), ("--case", chosen[1]), ("--reference", reference))
+    require_filled(("-k", chosen[0]), ("--case", chosen[1]))
     if prune and reason is not None:
         raise RegressionError(f"--prune drops the entries of {FILE} that no longer differ, and "
                               "takes no --reason; run `invoke accept --reason TEXT` to declare")
@@ -276,7 +276,7 @@ def _accept(chosen: tuple[str | None, list[str] | None], reason: str | None, pru
                               "--reason 'attention softmax computed in float32'; the reviewer "
                               "reads it in the pull request, and `invoke test` prints it")
     count = _workers(workers)
-    resolved = resolve(current_settings(), reference)
+    resolved = resolve(current_settings(), None)  # the one `invoke test` and CI check against
     settings = resolved.settings
     path = settings.root / FILE
     existing = read_declarations(path)
@@ -339,15 +339,14 @@ def _prune(resolved: Reference, existing: Sequence[Declaration],
     "reason": "why the outputs change: written with each entry, shown by every `invoke test`",
     "prune": "drop the entries whose case no longer differs (or names no case), as "
              "`invoke test` lists them",
-    "reference": REFERENCE_HELP,
     "workers": WORKERS_HELP,
     "device": DEVICE_HELP,
 }, iterable=["case"])
 def accept(c: Context, k: str | None = None, case: list[str] | None = None,
-           reason: str | None = None, prune: bool = False, reference: str | None = None,
-           workers: str | None = None, device: str | None = None) -> None:
-    """Declare the cases that differ now as changed on purpose, in regression-changes.yaml."""
-    _exit_with(translated(lambda: _accept((k, case), reason, prune, reference, workers), device))
+           reason: str | None = None, prune: bool = False, workers: str | None = None,
+           device: str | None = None) -> None:
+    """Declare the cases that differ now as changes made on purpose."""
+    _exit_with(translated(lambda: _accept((k, case), reason, prune, workers), device))
 
 
 def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
