@@ -283,7 +283,6 @@ def _accept(chosen: tuple[str | None, list[str] | None], reason: str | None, pru
     picked = selection(*chosen, settings.root, None, settings.tests)
     _, result = _run_check(CheckRequest(resolved, workers=count, picked=picked))
     outcomes = result.finished.outcomes if result and result.finished else ()
-    print(f"torch-regression accept: {path.name}")
     if prune:
         return _prune(resolved, existing, outcomes, bool(picked))
     changed = [o for o in outcomes if o.outcome == CHANGED]
