@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from helpers import CONFIG, TASKS, Repo, init_repo, output
@@ -58,6 +59,7 @@ def two_case_repo(path: Path, cache: Path) -> Repo:
     return repo
 
 
+@pytest.mark.slow  # the whole life cycle: eight runs
 def test_a_declared_change_passes_with_its_reason_until_it_grows_or_the_reference_holds_it(
         tmp_path: Path) -> None:
     repo = two_case_repo(tmp_path / "repo", tmp_path / "cache")
@@ -155,3 +157,23 @@ def test_accept_needs_a_reason(subject_repo: Repo) -> None:
     done = subject_repo.invoke("accept")
     assert done.returncode == 2
     assert "--reason is required" in done.stderr
+
+
+@pytest.mark.slow
+def test_xdist_workers_and_shards_judge_by_the_same_declarations(tmp_path: Path) -> None:
+    repo = two_case_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("subj/__init__.py", SUBJECT.format(scale=ROUNDING, shift="0.0"))
+    assert repo.invoke("accept", "--reason", "r").returncode == 0
+    done = repo.invoke("test", "--workers", "2")
+    assert done.returncode == 0, output(done)
+    assert done.stdout.count(f"DECLARED {FORWARD}: r") == 1  # once, from the controller
+
+    repo.commit("scale")
+    repo.git("tag", "v2")
+    repo.write("config.yaml", CONFIG.format(reference="v2", path="."))
+    stale = []
+    for shard in ("1/2", "2/2"):
+        done = repo.invoke("test", "--shard", shard)
+        assert done.returncode == 0, output(done)
+        stale.append(f"STALE {FORWARD}" in done.stdout)
+    assert sorted(stale) == [False, True]  # stale on its own shard only
