@@ -13,6 +13,8 @@ NEW = "not in reference"
 ERROR = "error"
 OUTCOMES = (IDENTICAL, CHANGED, NEW, ERROR)
 """The outcomes every summary counts, in its order."""
+DECLARED = "declared"
+"""Changed within what regression-changes.yaml declares for it: it passes, with its reason."""
 NONDETERMINISTIC = "nondeterministic"
 """Its recordings at the reference differed: skipped, not compared; counted when it occurs."""
 
@@ -32,6 +34,12 @@ class CaseOutcome:
     relative: float | None = None
     """A changed case: the largest relative difference of its float tensors (inf where a
     reference element is 0); None where none was measured."""
+    names: tuple[str, ...] = ()
+    """A changed or declared case: the names of the outputs that differ."""
+    size: str = ""
+    """A changed or declared case: rounding-level or behaviour, by the verdict."""
+    reason: str = ""
+    """A declared case: why it changed, as its declaration says."""
 
     def fails(self, strict: bool) -> bool:
         """Whether the case does not pass: changed or error, and with --regression-strict

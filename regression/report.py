@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from regression.outcomes import CHANGED, ERROR, IDENTICAL, NONDETERMINISTIC, OUTCOMES, \
-    CaseOutcome
+from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, NONDETERMINISTIC, \
+    OUTCOMES, CaseOutcome
 
 if TYPE_CHECKING:
     from regression.compare.outputs import Difference
+    from regression.declarations import Declaration
     from regression.run.types import Generation
 
 
@@ -78,8 +79,10 @@ def largest_relative(differences: Iterable[Difference]) -> float | None:
                default=None)
 
 
-def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
-    """The end-of-run report: counts, then each case that is not identical."""
+def summary_lines(reference: str, outcomes: Iterable[CaseOutcome],
+                  stale: Sequence[Declaration] = ()) -> list[str]:
+    """The end-of-run report: counts, then each case that is not identical, the declared
+    changes apart, with their reasons; then the declarations that no longer differ."""
     outcomes = list(outcomes)
     counts = Counter(o.outcome for o in outcomes)
     total = len(outcomes)
@@ -89,22 +92,58 @@ def summary_lines(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
     if total and counts[IDENTICAL] == total:
         lines.append(f"every case is bit-identical to the reference ({total} of {total})")
     for outcome in outcomes:
-        if outcome.outcome != IDENTICAL:
+        if outcome.outcome not in (IDENTICAL, DECLARED):
             detail = f": {outcome.detail}" if outcome.detail else ""
             lines.append(hanging(f"{outcome.outcome.upper()} {outcome.nodeid}{detail}"))
+    return [*lines, *declared_lines(outcomes, stale)]
+
+
+def declared_lines(outcomes: Iterable[CaseOutcome], stale: Sequence[Declaration]) -> list[str]:
+    """The changes made on purpose, each with its reason, and the declarations of cases that
+    are identical now."""
+    from regression.declarations import FILE, PRUNE
+
+    declared = [o for o in outcomes if o.outcome == DECLARED]
+    lines = []
+    if declared:
+        lines.append(f"changed as declared in {FILE} ({len(declared)}), each passes:")
+        for outcome in declared:
+            lines.append(hanging(f"DECLARED {outcome.nodeid}: {outcome.reason}"))
+            lines.append(hanging(f"    {outcome.size}: {outcome.detail}"))
+    if stale:
+        lines.append(f"declarations that no longer differ ({len(stale)}): the reference has "
+                     f"caught up, or the change was taken back; `{PRUNE}` drops them:")
+        lines += [f"STALE {d.case} ({FILE} line {d.line})" for d in stale]
     return lines
 
 
-def markdown_summary(reference: str, outcomes: Iterable[CaseOutcome]) -> str:
+def markdown_summary(reference: str, outcomes: Iterable[CaseOutcome],
+                     stale: Sequence[Declaration] = ()) -> str:
     """The same report as Markdown, for a GitHub step summary."""
+    from regression.declarations import FILE, PRUNE
+
     outcomes = list(outcomes)
     counts = Counter(o.outcome for o in outcomes)
     rows = "\n".join(f"| {name} | {counts[name]} |" for name in _shown(counts))
     text = f"### Regression against {reference}\n\n| outcome | cases |\n| --- | --- |\n{rows}\n"
-    problems = [o for o in outcomes if o.outcome != IDENTICAL]
+    problems = [o for o in outcomes if o.outcome not in (IDENTICAL, DECLARED)]
     if problems:
         text += "\n" + "\n".join(_markdown_problem(o) for o in problems) + "\n"
+    declared = [o for o in outcomes if o.outcome == DECLARED]
+    if declared:
+        text += (f"\n#### Changed as declared in `{FILE}`\n\n| case | size | reason |\n"
+                 "| --- | --- | --- |\n")
+        text += "".join(f"| `{o.nodeid}` | {o.size} | {_cell(o.reason)} |\n" for o in declared)
+    if stale:
+        text += (f"\n#### Declarations that no longer differ\n\nThe reference has caught up, "
+                 f"or the change was taken back; `{PRUNE}` drops them:\n\n")
+        text += "".join(f"- `{d.case}` (line {d.line})\n" for d in stale)
     return text
+
+
+def _cell(text: str) -> str:
+    """`text` in one cell of a Markdown table."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _markdown_problem(outcome: CaseOutcome) -> str:
@@ -116,16 +155,28 @@ def _markdown_problem(outcome: CaseOutcome) -> str:
     return f"- **{outcome.outcome}** `{outcome.nodeid}`{detail}"
 
 
-def github_annotations(reference: str, outcomes: Iterable[CaseOutcome]) -> list[str]:
-    """GitHub Actions workflow commands: an error on the test's line for each changed case."""
+def github_annotations(reference: str, outcomes: Iterable[CaseOutcome],
+                       stale: Sequence[Declaration] = ()) -> list[str]:
+    """GitHub Actions workflow commands: an error on the test's line for each changed case,
+    a notice with its reason for each declared one, a warning on each stale declaration."""
+    from regression.declarations import FILE, PRUNE
+
     lines = []
     for outcome in outcomes:
-        if outcome.outcome != CHANGED or not outcome.path:
+        if outcome.outcome not in (CHANGED, DECLARED) or not outcome.path:
             continue
-        title = f"{outcome.nodeid} changed against {reference}"
+        declared = outcome.outcome == DECLARED
+        title = f"{outcome.nodeid} {'changed as declared' if declared else 'changed'} " \
+                f"against {reference}"
         message = "\n".join(outcome.outputs) or outcome.detail
-        lines.append(f"::error file={_property(outcome.path)},line={outcome.line},"
-                     f"title={_property(title)}::{_data(message)}")
+        if declared:
+            message = f"{outcome.reason}\n{outcome.size}: {message}"
+        lines.append(f"::{'notice' if declared else 'error'} file={_property(outcome.path)},"
+                     f"line={outcome.line},title={_property(title)}::{_data(message)}")
+    for d in stale:
+        lines.append(f"::warning file={FILE},line={d.line},title="
+                     f"{_property('declaration no longer differs')}::"
+                     f"{_data(f'{d.case} is identical to {reference} now; `{PRUNE}` drops it')}")
     return lines
 
 
@@ -140,8 +191,9 @@ def _property(text: str) -> str:
 
 
 def _shown(counts: Counter[str]) -> tuple[str, ...]:
-    """The outcomes a summary counts: the four always, nondeterministic when it occurs."""
-    return OUTCOMES + ((NONDETERMINISTIC,) if counts[NONDETERMINISTIC] else ())
+    """The outcomes a summary counts: the four always, declared and nondeterministic when
+    they occur."""
+    return OUTCOMES + tuple(name for name in (DECLARED, NONDETERMINISTIC) if counts[name])
 
 
 def hanging(text: str, indent: str = "    ") -> str:

@@ -20,13 +20,17 @@ from regression.cli.common import DEVICE_HELP, REFERENCE_HELP, current_settings,
     report_path, require_filled, translated
 from regression.cli.diagnose_tasks import bisect, explain
 from regression.config.settings import MAX_REPEAT, Settings
+from regression.declarations import FILE, Declaration, accepted, pruned
+from regression.declarations import read as read_declarations
+from regression.declarations import write as write_declarations
 from regression import github
 from regression.errors import RegressionError
 from regression.store.durations import read_durations
 from regression.environment.fingerprint import device_details, package_lines
 from regression.environment.harness import extra_harness_files, harness_files
+from regression.repository.gitcmd import git_process
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
-from regression.outcomes import CHANGED
+from regression.outcomes import CHANGED, IDENTICAL, CaseOutcome
 from regression.report import generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
@@ -153,6 +157,8 @@ class CheckRequest:
     picked: Selection = Selection()
     full_values: bool = False
     """Where digests differ, record those cases' values and check them again."""
+    declarations: tuple[Declaration, ...] = ()
+    """regression-changes.yaml's entries: the changes the run lets pass, as declared."""
 
     def against_values(self, cases: Sequence[str]) -> CheckRequest:
         """The check again of `cases`, against the values --full-values recorded: it records
@@ -186,7 +192,7 @@ def _run_check(request: CheckRequest) -> tuple[int, CheckResult | None]:
         args.append(f"--regression-durations={resolved.settings.durations_file}")
     job = check_job(resolved, shard=request.shard, subject_root=request.subject_root,
                     gen=GEN_NEVER if request.no_gen else GEN_AUTO, workers=request.workers,
-                    selection=picked.describe())
+                    selection=picked.describe(), declarations=request.declarations)
     return run_check(resolved, job, args, picked.cases)
 
 
@@ -247,12 +253,100 @@ def test(c: Context, reference: str | None = None, shard: str | None = None,
         resolved = resolve(current_settings(), reference)
         picked = selection(k, case, resolved.settings.root, shard, resolved.settings.tests)
         github.tell_reference(resolved.label, reference)
+        declarations = read_declarations(resolved.settings.root / FILE)
         code = _check(CheckRequest(resolved, spec, no_gen=no_gen, strict=strict,
                                    junitxml=junitxml, store_durations=store_durations,
-                                   workers=count, picked=picked, full_values=full_values))
+                                   workers=count, picked=picked, full_values=full_values,
+                                   declarations=declarations))
         _require_known_cases(resolved, picked, code)
         return code
     _exit_with(translated(work, device))
+
+
+def _accept(chosen: tuple[str | None, list[str] | None], reason: str | None, prune: bool,
+            workers: str | None) -> int:
+    """Check the working tree without declarations; write each changed case into
+    regression-changes.yaml (with --prune: drop the entries whose case no longer differs).
+    The exit code is 1 where cases failed that no declaration may excuse."""
+    require_filled(("-k", chosen[0]), ("--case", chosen[1]))
+    if prune and reason is not None:
+        raise RegressionError(f"--prune drops the entries of {FILE} that no longer differ, and "
+                              "takes no --reason; run `invoke accept --reason TEXT` to declare")
+    if not prune and (reason is None or not reason.strip()):
+        raise RegressionError("--reason is required: say why the outputs change, e.g. "
+                              "--reason 'attention softmax computed in float32'; the reviewer "
+                              "reads it in the pull request, and `invoke test` prints it")
+    count = _workers(workers)
+    resolved = resolve(current_settings(), None)  # the one `invoke test` and CI check against
+    settings = resolved.settings
+    path = settings.root / FILE
+    existing = read_declarations(path)
+    picked = selection(*chosen, settings.root, None, settings.tests)
+    _, result = _run_check(CheckRequest(resolved, workers=count, picked=picked))
+    outcomes = result.finished.outcomes if result and result.finished else ()
+    if prune:
+        return _prune(resolved, existing, outcomes, bool(picked))
+    changed = [o for o in outcomes if o.outcome == CHANGED]
+    if not changed:
+        raise RegressionError(f"nothing to declare: no{' selected' if picked else ''} case "
+                              f"differs from the reference {resolved.label}, so {FILE} is "
+                              "left as it is; `invoke test` shows each case's outcome")
+    write_declarations(path, accepted(existing, changed, (reason or "").strip(), resolved.sha))
+    print(f"declared {len(changed)} changed {'case' if len(changed) == 1 else 'cases'} "
+          f"against {resolved.label} in {FILE}:")
+    for outcome in changed:
+        print(f"  {outcome.nodeid} ({outcome.size}: {', '.join(map(repr, outcome.names))})")
+    print(f"commit {FILE} with the change; `invoke test` now passes these cases as declared, "
+          "while their change stays within the entry")
+    if git_process(settings.root, "check-ignore", "-q", FILE).returncode == 0:
+        print(f"warning: your .gitignore hides {FILE}, so CI would run without it; commit it "
+              f"anyway with `git add -f {FILE}`, or add `!/{FILE}` to .gitignore")
+    others = [o for o in outcomes if o.outcome != CHANGED and o.fails(False)]
+    if others:
+        print(f"not declared: {len(others)} cases failed otherwise (a declaration never "
+              f"excuses an error): {', '.join(o.nodeid for o in others[:5])}")
+        return 1
+    return 0
+
+
+def _prune(resolved: Reference, existing: Sequence[Declaration],
+           outcomes: Sequence[CaseOutcome], selected: bool) -> int:
+    """Drop the declarations whose case this run found identical, and (when every case
+    ran) those that name no case."""
+    identical = {o.nodeid for o in outcomes if o.outcome == IDENTICAL}
+    drop = [d for d in existing if d.case in identical]
+    judged = {o.nodeid for o in outcomes}
+    unjudged = [d for d in existing if d.case not in judged]
+    if unjudged and not selected:
+        cases = collect(resolved).cases
+        drop += [d for d in unjudged if d.case not in cases]
+    write_declarations(resolved.settings.root / FILE, pruned(existing, drop))
+    if not drop:
+        print(f"nothing to prune: every entry of {FILE} this run judged still differs")
+        return 0
+    for declaration in drop:
+        why = "no longer differs" if declaration.case in identical else "names no case"
+        print(f"dropped {declaration.case}: {why}")
+    left = len(existing) - len(drop)
+    print(f"{left} {'entry' if left == 1 else 'entries'} left in {FILE}" if left
+          else f"no entry left: {FILE} removed")
+    return 0
+
+
+@task(help={
+    "k": "declare only the changed cases whose names match this pytest -k expression",
+    "case": CASE_HELP,
+    "reason": "why the outputs change: written with each entry, shown by every `invoke test`",
+    "prune": "drop the entries whose case no longer differs (or names no case), as "
+             "`invoke test` lists them",
+    "workers": WORKERS_HELP,
+    "device": DEVICE_HELP,
+}, iterable=["case"])
+def accept(c: Context, k: str | None = None, case: list[str] | None = None,
+           reason: str | None = None, prune: bool = False, workers: str | None = None,
+           device: str | None = None) -> None:
+    """Declare the cases that differ now as changes made on purpose."""
+    _exit_with(translated(lambda: _accept((k, case), reason, prune, workers), device))
 
 
 def _compare(reference: str | None, candidate: str, shard_spec: str | None, strict: bool,
@@ -414,4 +508,4 @@ def shards(c: Context, count: str | None = None, list_: bool = False) -> None:
     translated(lambda: _shards(count, list_))
 
 
-ns = Collection(gen, test, key, shards, compare, bisect, explain, cache)
+ns = Collection(gen, test, accept, key, shards, compare, bisect, explain, cache)

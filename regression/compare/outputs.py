@@ -15,7 +15,7 @@ from regression.store.tensorbytes import complex_name, dtype_name, resolved
 from regression.store.digest import TensorDigest, digest_tensor, tensor_xxh3
 from regression.compare.tensordiff import CHUNK, SAME_WIDTH_INT, scan, scan_complex
 from regression.compare.tensordiff_text import (complex_headline, complex_report_lines, headline,
-                                        report_lines)
+                                                report_lines, rounding_level)
 
 
 VALUES, SHAPES, DTYPES, ORDER = "values", "shapes", "dtypes", "order"
@@ -42,6 +42,9 @@ class Difference:
     kind: str = VALUES
     """One of KINDS: shapes also stands for other structure (types, lengths); for MISSING
     and ADDED, `differing` is the number of keys."""
+    rounding: bool = False
+    """Whether the verdict reads it as rounding-level; False for changed behaviour and for
+    what no verdict measures (structure, digests)."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.detail}"
@@ -276,7 +279,7 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
     return Difference(label, f"{signature}: {headline(diff, weight)}",
                       differing=diff.differing, max_abs=diff.largest_size,
                       max_relative=diff.relative_size if diff.floating else None,
-                      lines=tuple(report_lines(diff)))
+                      lines=tuple(report_lines(diff)), rounding=rounding_level(diff, weight))
 
 
 def _compare_complex(reference: torch.Tensor, actual: torch.Tensor, label: str, chunk: int
@@ -293,4 +296,5 @@ def _compare_complex(reference: torch.Tensor, actual: torch.Tensor, label: str, 
                       differing=diff.differing,
                       max_abs=max(part.largest_size for part in parts),
                       max_relative=max(part.relative_size for part in parts),
-                      lines=tuple(complex_report_lines(diff)))
+                      lines=tuple(complex_report_lines(diff)),
+                      rounding=all(rounding_level(part) for part in parts))

@@ -35,6 +35,14 @@ def verdict(diff: TensorDiff, weight: bool = False) -> str:
     return f"up to {_ulps_text(ulps)} at its scale: changed behaviour, far beyond rounding"
 
 
+def rounding_level(diff: TensorDiff, weight: bool = False) -> bool:
+    """Whether `verdict` reads the change as rounding-level (or in bits only): what a
+    declared rounding-level change may grow to before it counts as changed behaviour."""
+    if not diff.floating or weight or math.isinf(diff.max_ulps):
+        return False
+    return diff.max_ulps == 0 or diff.scaled_ulps <= bands(diff.dtype)[0]
+
+
 def bands(dtype: torch.dtype) -> tuple[int, int]:
     """The ULPs at a tensor's scale up to which a change reads as rounding, and beyond which
     as changed behaviour, for its float dtype."""

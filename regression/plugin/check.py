@@ -39,7 +39,8 @@ def register(config: pytest.Config, job: CheckJob | None) -> None:
     config.pluginmanager.register(check.alongside, "torch-regression-alongside")
     config.pluginmanager.register(judge, MODE_PLUGIN)
     config.pluginmanager.register(Finish(check, judge), "torch-regression-finish")
-    config.pluginmanager.register(Summary(config, check.ledger), "torch-regression-summary")
+    config.pluginmanager.register(Summary(config, check.ledger, job.declarations if job else ()),
+                                  "torch-regression-summary")
     check.start()
 
 
@@ -221,6 +222,7 @@ class Check:
         self.ledger.dropped = dropped
         self.ledger.collected = {i.nodeid for i in everything}
         if self.job is not None:
+            self._refuse_unknown_declarations(everything)
             self.ledger.expected = self._expected(everything)
             if self.job.selection:  # what the user left out is not missed
                 self.ledger.expected -= set(self.deselected)
@@ -245,6 +247,26 @@ class Check:
             self.ledger.expected = {i.nodeid for i in keep if uses_fixture(i)}
         self._judge_collect_skips()
         self.write_result()
+
+    def _refuse_unknown_declarations(self, everything: list[pytest.Item]) -> None:
+        """A declaration in regression-changes.yaml that names no case stops the run: its
+        test file is gone, or was collected here without it."""
+        from regression.declarations import FILE, PRUNE, unknown
+        from regression.errors import ConfigError
+
+        assert self.job is not None
+        if not self.job.declarations:
+            return
+        cases = {i.nodeid for i in everything if uses_fixture(i)}
+        files = {i.nodeid.split("::")[0] for i in everything}
+        found = unknown(self.job.declarations, cases, files, self._settings().root)
+        if found:
+            first = found[0]
+            self._refuse(ConfigError(
+                str(self._settings().root / FILE),
+                f"declares {first.case}, which is no regression case (renamed or removed?). "
+                f"Fix: delete its entry, or `{PRUNE}`, which drops the entries that name no "
+                "case", "case", first.line))
 
     def _judge_collect_skips(self) -> None:
         """A file or folder skipped as it was collected (importorskip or skip at module

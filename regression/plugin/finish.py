@@ -113,7 +113,7 @@ class Finish:
         self._store_durations()
         if self.ledger.errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # a worker's, merged here
-        write_step_summary(self.ledger)
+        write_step_summary(self.ledger, self.job.declarations if self.job else ())
         self.finished = True
 
     def _verify_origins(self, session: pytest.Session) -> None:

@@ -50,6 +50,10 @@ class Judge:
         the case's own time, which shards are balanced by."""
         self.failed_on_outputs: set[str] = set()
         """Cases under way that pytest_runtest_call failed because their outputs differ."""
+        from regression.declarations import by_case
+
+        self.declarations = by_case(check.job.declarations if check.job else ())
+        """regression-changes.yaml's entries, by case, as the job hands them over."""
 
     def fixture(self, item: pytest.Item) -> Regression:
         from regression.plugin.fixture import CheckSink, Regression
@@ -144,10 +148,23 @@ class Judge:
         checks is compared, so the first difference does not hide the others."""
         result = yield
         failure = self._failure(item.nodeid)  # no frame of the failure holds the reference
-        if failure:
+        declared, undeclared = self._declared(item.nodeid)
+        if failure and not declared:
             self.failed_on_outputs.add(item.nodeid)
-            pytest.fail(failure, pytrace=False)
+            pytest.fail(f"{failure}\n{undeclared}" if undeclared else failure, pytrace=False)
         return result
+
+    def _declared(self, nodeid: str) -> tuple[str, str]:
+        """(the reason of the declaration that covers the case's change, why its declaration
+        does not cover it); ("", "") for a case with no change or no declaration."""
+        from regression.declarations import size_of, uncovered
+
+        sink, declaration = self.sinks.get(nodeid), self.declarations.get(nodeid)
+        if sink is None or declaration is None or not sink.changed:
+            return "", ""
+        why = uncovered(declaration, [name for name, _ in sink.changed],
+                        size_of(d.rounding for d in sink.differences))
+        return ("", why) if why else (declaration.reason, "")
 
     def _failure(self, nodeid: str) -> str | None:
         sink = self.sinks.get(nodeid)
@@ -205,7 +222,12 @@ class Judge:
             return base
         path, line, _ = report.location
         failure = sink.failure() or ""
-        return replace(base, status=sink.record.status, stored_reason=sink.record.reason,
+        declared, undeclared = self._declared(nodeid)
+        from regression.declarations import size_of
+
+        return replace(base, names=tuple(name for name, _ in sink.changed),
+                       size=size_of(d.rounding for d in sink.differences) if failure else "",
+                       declared=declared, undeclared=undeclared, status=sink.record.status, stored_reason=sink.record.reason,
                        checked=bool(sink.checked), failure=failure,
                        detail=sink.detail() if failure else "",
                        differences=tuple(str(d) for d in sink.differences),

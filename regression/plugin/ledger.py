@@ -126,4 +126,5 @@ def outcome_data(outcome: CaseOutcome) -> dict[str, Any]:
 
 
 def outcome_from(fields: dict[str, Any]) -> CaseOutcome:
-    return CaseOutcome(**{**fields, "outputs": tuple(fields["outputs"])})
+    return CaseOutcome(**{**fields, "outputs": tuple(fields["outputs"]),
+                          "names": tuple(fields.get("names", ()))})

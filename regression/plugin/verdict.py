@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from regression.outcomes import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
+from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, \
+    CaseOutcome
 
 RECORDED = "recorded"
 ABSENT = "absent"
@@ -68,6 +69,14 @@ class Case:
     line: int = 0
     relative: float | None = None
     """A changed case: the largest relative difference of its float tensors, if measured."""
+    names: tuple[str, ...] = ()
+    """The outputs that differ."""
+    size: str = ""
+    """The change's size: rounding-level or behaviour."""
+    declared: str = ""
+    """The reason of the declaration that covers the change; "" when none does."""
+    undeclared: str = ""
+    """Why the case's declaration does not cover its change; "" when it has none or it does."""
 
 
 @dataclass(frozen=True)
@@ -150,12 +159,24 @@ def _not_in_reference(case: Case, skip: bool) -> tuple[str, str]:
     return (SKIP, message) if skip else (KEEP, "")
 
 
+def _as_declared(case: Case) -> bool:
+    """Whether the case's outputs differ within its declaration, and its body passed: the
+    judge then did not fail it. A declaration never excuses a failure of the body's own."""
+    return bool(case.failure and case.declared and case.report == "passed")
+
+
 def _body_outcome(case: Case) -> CaseOutcome:
     """The case's outcome once its body ran with this plugin's fixture."""
     in_reference = case.status != ABSENT
+    if _as_declared(case) and case.unchecked:
+        return CaseOutcome(case.nodeid, ERROR, unchecked_message(case))
+    if _as_declared(case):
+        return CaseOutcome(case.nodeid, DECLARED, case.detail, case.differences, case.path,
+                           case.line, case.relative, case.names, case.size, case.declared)
     if case.failure:
-        return CaseOutcome(case.nodeid, CHANGED, case.detail, case.differences, case.path,
-                           case.line, case.relative)
+        detail = f"{case.detail}; {case.undeclared}" if case.undeclared else case.detail
+        return CaseOutcome(case.nodeid, CHANGED, detail, case.differences, case.path,
+                           case.line, case.relative, case.names, case.size)
     if case.report == "skipped" and in_reference:
         return CaseOutcome(case.nodeid, ERROR, skipped_message(case))
     if case.report == "failed":
@@ -175,6 +196,8 @@ def _body_action(case: Case) -> tuple[str, str]:
     """What the body's report must say: it fails where the case did not pass, whatever
     marks (skip, xfail) made of it."""
     in_reference = case.status != ABSENT
+    if _as_declared(case):
+        return (FAIL, unchecked_message(case)) if case.unchecked else (KEEP, "")
     if case.failure and case.report != "failed":  # a skip or xfail after a differing check
         return FAIL, case.failure
     if case.failure and not case.failed_on_outputs:  # it failed on its own

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from regression.declarations import Declaration
 from regression.errors import CollectionError, RunIncompleteError
 from regression.environment.fingerprint import digest, files_digest
 from regression.environment.harness import python_files_under
@@ -65,10 +66,12 @@ def _collected(reference: Reference, subject_root: Path | None,
 
 def check_job(reference: Reference, *, shard: ShardSpec | None = None,
               subject_root: Path | None = None, gen: str = GEN_AUTO, force: bool = False,
-              workers: int = 0, selection: str = "", repeat: int = 0) -> CheckJob:
+              workers: int = 0, selection: str = "", repeat: int = 0,
+              declarations: tuple[Declaration, ...] = ()) -> CheckJob:
     """The job of a check run: the resolved reference and what to do about its cache."""
     return CheckJob(reference, subject_root=str(subject_root or ""), shard=shard, gen=gen,
-                    force=force, workers=workers, selection=selection, repeat=repeat)
+                    force=force, workers=workers, selection=selection, repeat=repeat,
+                    declarations=declarations)
 
 
 def run_check(reference: Reference, job: CheckJob, args: Sequence[str],

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, get_args, get_origin, \
     get_type_hints
 
+from regression.declarations import Declaration
 from regression.errors import ConfigError, RegressionError, error_data, error_from_data
 from regression.run.types import CheckResult, CollectResult, RecordResult, Reference, hint_names
 from regression.store.scratch import read_regular_file
@@ -230,6 +231,9 @@ class CheckJob(_Job[CheckResult]):
     selection: str = ""
     """How the user chose the cases to run (`-k EXPR`, node ids); empty for all. The cases
     it leaves out are neither recorded nor missed."""
+    declarations: tuple[Declaration, ...] = ()
+    """regression-changes.yaml's entries, read by the invoke process: every shard and
+    xdist worker judges by the same."""
 
     mode: ClassVar[str] = CHECK
 

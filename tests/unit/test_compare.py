@@ -559,3 +559,15 @@ def test_a_negative_view_keeps_minus_zero_apart_from_zero(tmp_path: Path) -> Non
     assert failure is not None and "1 of 2 elements differ" in failure
     again = stored_and_loaded(torch._neg_view(torch.tensor([0.0, -1.0])), tmp_path / "again")
     assert checked(again, torch.tensor([-0.0, 1.0])) is None
+
+
+def test_a_difference_says_whether_its_verdict_is_rounding_level() -> None:
+    reference = torch.linspace(-1.0, 1.0, 64)
+    rounding = compare_tensors(reference, reference * (1 + 2 ** -23))
+    behaviour = compare_tensors(reference, reference * 1.01)
+    shape = compare_tensors(reference, reference[:3])
+    assert rounding is not None and "rounding-level" in rounding.detail and rounding.rounding
+    assert behaviour is not None and not behaviour.rounding
+    assert shape is not None and not shape.rounding
+    weight = compare_tensors(reference, reference * (1 + 2 ** -23), weight=True)
+    assert weight is not None and not weight.rounding  # stored, not computed

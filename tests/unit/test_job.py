@@ -12,7 +12,8 @@ import pytest
 from regression.config.settings import Determinism, Settings
 from regression.errors import CacheWriteError
 from regression.repository.gitcmd import Repository
-from regression.outcomes import CHANGED, ERROR, IDENTICAL, CaseOutcome
+from regression.declarations import Declaration
+from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, CaseOutcome
 from regression.run.completion import Completion
 from regression.run.job import GEN_ONLY, JOB_ENV, CheckJob, CollectJob, RecordJob, current_job
 from regression.run.types import CheckResult, CollectResult, Generation, RecordResult, Reference
@@ -36,7 +37,9 @@ def _jobs(tmp_path: Path) -> list[CollectJob | RecordJob | CheckJob]:
             RecordJob(reference, result, "/w/zoo", parts={"torch": "2"}, cases={"t::a": "h"},
                       workers=2, verify=True, trace="/t", workdir="/w"),
             CheckJob(reference, result, shard=ShardSpec(2, 3), gen=GEN_ONLY, force=True,
-                     workers=2, repeat=3, selection="-k vit")]
+                     workers=2, repeat=3, selection="-k vit",
+                     declarations=(Declaration("t::a", ("out", "y"), "behaviour", "why",
+                                               "b" * 40, 7),))]
 
 
 @pytest.mark.parametrize("index", range(3), ids=["collect", "record", "check"])
@@ -57,6 +60,8 @@ RESULTS = [CollectResult({"t::a": "h1", "t::b": "h2"}, ["t::a"], {"torch": "2"})
                        Completion(1, 3, ["t::b: why"], (
                            CaseOutcome("t::a", CHANGED, "1 value differs", ("'y': 1 value",),
                                        "t.py", 4, float("inf")),
+                           CaseOutcome("t::d", DECLARED, "d", ("'y': d",), "t.py", 9, 0.5,
+                                       ("y",), "rounding-level", "why"),
                            CaseOutcome("t::c", ERROR, "boom\n  at line 2"),
                            CaseOutcome("t::d", IDENTICAL)), strict=True)),
            CheckResult()]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from regression.compare.outputs import Difference
-from regression.outcomes import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
+from regression.declarations import Declaration
+from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, \
+    CaseOutcome
 from regression.report import (
     github_annotations,
     markdown_summary,
@@ -275,3 +277,49 @@ def test_a_difference_in_another_output_is_counted_once() -> None:
         "(and 2 more outputs differ: 'forward_features', 'x')")
     one = [("x", compare({"a": 1, "b": 2, "c": 3}, {"a": 2, "b": 3, "c": 4}, name="'x'"))]
     assert changed_detail(one) == "'x'['a']: 2, reference 1; also 2 more values differ"
+
+
+# Changes declared in regression-changes.yaml.
+
+DECLARED_CASE = CaseOutcome("t.py::test_d", DECLARED, "'out': 2 of 6 differ", ("'out': 2 of 6",),
+                            "t.py", 9, names=("out",), size="rounding-level",
+                            reason="softmax | in float32")
+STALE = Declaration("t.py::test_s", ("out",), "behaviour", "old", "f" * 40, 12)
+
+
+def test_summary_counts_declared_cases_and_lists_them_apart_with_their_reasons() -> None:
+    outcomes = [CaseOutcome("t.py::test_c", CHANGED, "c"), DECLARED_CASE,
+                CaseOutcome("t.py::test_s", IDENTICAL)]
+    lines = summary_lines("v1", outcomes)
+    assert lines[0] == ("reference v1: 3 cases: 1 identical, 1 changed, 0 not in reference, "
+                        "0 errors, 1 declared")
+    assert lines[1:] == [
+        "CHANGED t.py::test_c: c",
+        "changed as declared in regression-changes.yaml (1), each passes:",
+        "DECLARED t.py::test_d: softmax | in float32",
+        "    rounding-level: 'out': 2 of 6 differ"]
+
+
+def test_summary_names_the_stale_declarations_and_the_command_that_drops_them() -> None:
+    lines = summary_lines("v1", [CaseOutcome("t.py::test_s", IDENTICAL)], [STALE])
+    assert lines[-2:] == [
+        "declarations that no longer differ (1): the reference has caught up, or the change "
+        "was taken back; `invoke accept --prune` drops them:",
+        "STALE t.py::test_s (regression-changes.yaml line 12)"]
+
+
+def test_markdown_summary_lists_declared_changes_and_stale_declarations() -> None:
+    text = markdown_summary("v1", [DECLARED_CASE], [STALE])
+    assert "| declared | 1 |" in text
+    assert "- **declared**" not in text  # not among the problems
+    assert "| `t.py::test_d` | rounding-level | softmax \\| in float32 |" in text
+    assert "- `t.py::test_s` (line 12)" in text and "`invoke accept --prune`" in text
+
+
+def test_a_declared_case_is_a_notice_with_its_reason_and_a_stale_one_a_warning() -> None:
+    notice, warning = github_annotations("v1", [DECLARED_CASE], [STALE])
+    assert notice.startswith("::notice file=t.py,line=9,title=t.py%3A%3Atest_d changed as "
+                             "declared against v1::softmax | in float32%0Arounding-level: ")
+    assert warning == ("::warning file=regression-changes.yaml,line=12,title=declaration no "
+                       "longer differs::t.py::test_s is identical to v1 now; `invoke accept "
+                       "--prune` drops it")

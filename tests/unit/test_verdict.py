@@ -8,8 +8,9 @@ import pytest
 
 from regression.plugin.verdict import ABSENT, CHECKED_NOTHING, FAIL, FOREIGN_FIXTURE, KEEP, \
     NOTE, RECORDED, SKIP, UNREPRODUCED, Case, Verdict, changes_nothing, fixture_verdict, \
-    verdict
-from regression.outcomes import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
+    unchecked_message, verdict
+from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, \
+    CaseOutcome
 from regression.store import record
 
 ID = "tests/test_m.py::test_case"
@@ -233,3 +234,46 @@ def test_a_passed_setup_or_teardown_changes_nothing_and_a_call_is_judged() -> No
     assert not any(changes_nothing("call", report) for report in ("passed", "failed",
                                                                   "skipped"))
     assert not changes_nothing("setup", "skipped") and not changes_nothing("setup", "failed")
+
+
+# A change that regression-changes.yaml declares (the judge then did not fail the body).
+
+def declared_body(report: str = "passed", **facts: object) -> Case:
+    return body(report, failure=FAILURE, detail="'out': 2 of 6 differ",
+                differences=("'out': 2 of 6 differ",), path="tests/test_m.py", line=7,
+                relative=0.5, names=("out",), size="rounding-level", declared="why",
+                **facts)
+
+
+def test_a_change_its_declaration_covers_is_declared_and_passes_with_its_reason() -> None:
+    assert verdict(declared_body()) == Verdict(CaseOutcome(
+        ID, DECLARED, "'out': 2 of 6 differ", ("'out': 2 of 6 differ",), "tests/test_m.py", 7,
+        0.5, ("out",), "rounding-level", "why"), KEEP, "")
+
+
+def test_a_declaration_never_hides_an_output_left_unchecked() -> None:
+    found = verdict(declared_body(unchecked=("logits",)))
+    assert found.outcome is not None and found.outcome.outcome == ERROR
+    assert (found.action, found.message) == (FAIL, unchecked_message(
+        declared_body(unchecked=("logits",))))
+
+
+def test_a_declaration_never_excuses_a_body_that_failed_or_skipped_on_its_own() -> None:
+    found = verdict(declared_body("failed", reason="ValueError: x"))
+    assert found.outcome is not None and found.outcome.outcome == CHANGED
+    assert found.action == NOTE
+    found = verdict(declared_body("skipped"))
+    assert found.outcome is not None and found.outcome.outcome == CHANGED
+    assert found.action == FAIL
+
+
+def test_a_change_beyond_its_declaration_is_changed_and_says_why() -> None:
+    case = body("failed", failure=FAILURE, detail="'out': 2 of 6 differ",
+                failed_on_outputs=True, names=("out",), size="behaviour",
+                undeclared="declared rounding-level in regression-changes.yaml (line 2), but "
+                           "now behaviour")
+    found = verdict(case)
+    assert found.outcome is not None and found.outcome.outcome == CHANGED
+    assert found.outcome.detail == ("'out': 2 of 6 differ; declared rounding-level in "
+                                    "regression-changes.yaml (line 2), but now behaviour")
+    assert found.outcome.size == "behaviour" and found.action == KEEP
