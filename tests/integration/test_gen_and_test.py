@@ -318,9 +318,11 @@ def test_nondeterministic_case_is_found_by_repeat_and_never_reported_changed(
     assert "nondeterministic at the reference" in strict.stdout
     warm = subject_repo.invoke("gen", "--reference", "HEAD", "--repeat", "2")
     assert "no case was recorded, so none was checked for nondeterminism" in warm.stdout
-    # config.yaml's determinism.repeat does the same for every recording, invoke test's too.
+    # config.yaml's determinism.repeat does the same for every recording, invoke test's too
+    # (a commit that changes the subject: one that leaves it alone reuses the reference).
     subject_repo.write("config.yaml", CONFIG.format(reference="HEAD", path=".")
                        + "  repeat: 2\n")
+    subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0") + "# recorded again\n")
     subject_repo.commit("record twice")
     again = subject_repo.invoke("test", "--reference", "HEAD")
     assert again.returncode == 0, output(again)
