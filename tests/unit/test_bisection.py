@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from regression.diagnose.bisect_record import Recorder, changed_cases
+from regression.diagnose.bisect_outputs import OutputsAtCommits, changed_cases
 from regression.diagnose.bisect_search import Search, steps_left
 from regression.diagnose.bisection import Bisection
 
@@ -13,7 +13,7 @@ FAILS = None  # the case fails at that commit
 UNREPRODUCED = float("nan")  # stored as nondeterministic at that commit
 
 
-class History(Recorder):
+class History(OutputsAtCommits):
     """Each case's value at each commit (FAILS: skipped there); what was asked, in order."""
 
     def __init__(self, result: Bisection, values: dict[str, list[float | None]]) -> None:
