@@ -24,7 +24,7 @@ def register(config: pytest.Config, job: RecordingJob, mode_plugin: str) -> None
     beside a check run the watch of what it touches, and recording a worktree, its project
     folder as the working folder."""
     run = RecordingRun(job)
-    run.keeper = _keeper(run, job)
+    run.keeper = keeper_for(run, job)
     kernel, guard = KernelSettings(run), SubjectGuard(run)
     beside = BesideCheckRun(run, job.beside) \
         if isinstance(job, RecordJob) and job.beside is not None else None
@@ -47,7 +47,7 @@ def register(config: pytest.Config, job: RecordingJob, mode_plugin: str) -> None
     guard.enter_workdir()
 
 
-def _keeper(run: RecordingRun, job: RecordingJob) -> Keeper:
+def keeper_for(run: RecordingRun, job: RecordingJob) -> Keeper:
     """The plugin that keeps what the job's kind wants of each case."""
     if isinstance(job, RecordJob):
         return CaseStorer(run, job)
