@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import Settings
-from regression.gitcmd import Repository
+from regression.config.settings import Settings
+from regression.repository.gitcmd import Repository
 from regression.plugin.recording_mode import keeper_for
 from regression.plugin.recording_run import NOT_COLLECTABLE, RecordingRun
 from regression.plugin.reproduce import Reproducer
