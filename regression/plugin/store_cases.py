@@ -29,9 +29,10 @@ class CaseStorer:
         self.problem: RegressionError | None = None
         """Why a case could not be staged: the recording fails with it at its end."""
         self.created = False
-        self.handoff = job.beside.handoff if job.beside else -1
         self.beside = job.beside is not None
-        """The pipe to a check run that checks each case meanwhile; -1: none."""
+        """Whether a check run beside this recording checks each case meanwhile."""
+        self.handoff = job.beside.handoff if job.beside else -1
+        """The pipe each stored case is handed over on; -1: none (or its reader is gone)."""
         if self.handoff >= 0:
             try:
                 os.set_inheritable(self.handoff, False)  # not the tests' own child processes

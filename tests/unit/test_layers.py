@@ -1,7 +1,7 @@
 """The import graph keeps its layers: nothing below the launcher and the API imports them,
 the data types import only what is below them, the store and the cores stand on no plugin,
-diagnosis or command line, only gitcmd.py talks to git, no import circle but among the
-plugins, and every name is imported from the module that defines it (no re-export shims)."""
+diagnosis or command line, only gitcmd.py talks to git, no import circle but among check
+mode's plugins, and every name is imported from the module that defines it (no re-export shims)."""
 
 from __future__ import annotations
 
