@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from regression.diagnose.bisect_record import Recorder, changed_cases
+from regression.diagnose.bisect_outputs import OutputsAtCommits, changed_cases
 from regression.diagnose.bisect_search import Search
 from regression.diagnose.bisection import Bisection, Change, Echo, count
 from regression.errors import RegressionError
@@ -52,15 +52,15 @@ def commits_between(reference: Reference, good: str, bad: str) -> list[str]:
 def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bisection:
     """Find, for each of `cases` (default: the cases that differ between good and bad), the
     first commit after `good` up to `bad` whose outputs of it differ from good's."""
-    result, recorder = _started(suite, good, bad, cases, echo)
+    result, at_commits = _started(suite, good, bad, cases, echo)
     echo(f"trying good {short(good)} and bad {short(bad)} ...")
-    at_good = recorder.required("good", good, result.cases)
-    at_bad = recorder.required("bad", bad, list(at_good))
+    at_good = at_commits.required("good", good, result.cases)
+    at_bad = at_commits.required("bad", bad, list(at_good))
     differences = changed_cases(at_good, at_bad)
     if differences:
         differ = "differs" if len(differences) == 1 else "differ"
         echo(f"{count(len(differences), 'case')} {differ} between good and bad")
-        recorder.reproduce(bad, sorted(differences))
+        at_commits.reproduce(bad, sorted(differences))
     result.cases = sorted(c for c in differences if c not in result.nondeterministic)
     if result.cases:
         echo(f"bisecting {count(len(result.commits), 'commit')} that "
@@ -68,7 +68,7 @@ def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> B
              f"{count(len(result.cases), 'case')}")
         search = Search(result, {c: at_good[c] for c in result.cases},
                          {c: differences[c] for c in result.cases})
-        search.run(recorder, echo)
+        search.run(at_commits, echo)
         result.changes = search.changes()
     return result
 
@@ -78,15 +78,15 @@ def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bis
     one whose outputs of `cases` (default: every case) differ from the commit judged before
     it for that case: this finds changes that a later commit reverts, which comparing good
     with bad misses. A commit skipped for a case leaves that case's change as a range."""
-    result, recorder = _started(suite, good, bad, cases, echo)
+    result, at_commits = _started(suite, good, bad, cases, echo)
     echo(f"trying good {short(good)} ...")
-    before = recorder.required("good", good, result.cases)
+    before = at_commits.required("good", good, result.cases)
     after = {c: good for c in before}  # the last commit judged for each case
     hidden: dict[str, list[str]] = {c: [] for c in before}  # skipped for it since
     for number, sha in enumerate(result.commits, 1):
         echo(f"trying {short(sha)} ({number} of {len(result.commits)}) ...")
-        now = recorder.outputs(sha, list(before))
-        recorder.progress(sha, list(before))
+        now = at_commits.outputs(sha, list(before))
+        at_commits.progress(sha, list(before))
         for case, changed in changed_cases(before, now).items():
             _change_at(result, sha, after[case], tuple(hidden[case])).cases[case] = changed
         for case in before:
@@ -94,7 +94,7 @@ def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bis
                 before[case], after[case], hidden[case] = now[case], sha, []
             elif case in result.skipped.get(sha, {}):
                 hidden[case].append(sha)
-    _set_aside_flaky(result, recorder, bad)
+    _set_aside_flaky(result, at_commits, bad)
     result.cases = [c for c in result.cases if c not in result.nondeterministic]
     return result
 
@@ -108,13 +108,13 @@ def _change_at(result: Bisection, sha: str, after: str, hidden: tuple[str, ...])
     return result.changes[-1]
 
 
-def _set_aside_flaky(result: Bisection, recorder: Recorder, bad: str) -> None:
+def _set_aside_flaky(result: Bisection, at_commits: OutputsAtCommits, bad: str) -> None:
     """Record the cases a scan found changed once more at bad: those that differ from
     themselves are nondeterministic, and their changes are none."""
     changed = sorted({c for change in result.changes for c in change.cases})
     recorded_at_bad = [c for c in changed if c not in result.skipped.get(bad, {})]
     if recorded_at_bad:
-        recorder.reproduce(bad, recorded_at_bad)
+        at_commits.reproduce(bad, recorded_at_bad)
     for change in result.changes:
         change.cases = {c: d for c, d in change.cases.items()
                         if c not in result.nondeterministic}
@@ -122,13 +122,13 @@ def _set_aside_flaky(result: Bisection, recorder: Recorder, bad: str) -> None:
 
 
 def _started(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo
-             ) -> tuple[Bisection, Recorder]:
+             ) -> tuple[Bisection, OutputsAtCommits]:
     """A bisection of the commits from good to bad, and what records them."""
     commits = commits_between(suite.reference, good, bad)
     subject = ", ".join(subject_pathspecs(suite.reference)[::2])
     result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases),
                        subject)
-    return result, Recorder(suite, echo, result)
+    return result, OutputsAtCommits(suite, echo, result)
 
 
 def _known(suite: Suite, cases: list[str]) -> list[str]:

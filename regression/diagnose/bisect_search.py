@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from regression.diagnose.bisect_record import changed_cases
+from regression.diagnose.bisect_outputs import changed_cases
 from regression.diagnose.bisection import Bisection, Change, Differences, Echo, Outputs
 from regression.repository.gitcmd import short
 
 if TYPE_CHECKING:
-    from regression.diagnose.bisect_record import Recorder
+    from regression.diagnose.bisect_outputs import OutputsAtCommits
 
 
 class Search:
@@ -41,7 +41,7 @@ class Search:
                 found.setdefault(self._key(case), []).append(case)
         return found
 
-    def run(self, recorder: Recorder, echo: Echo) -> None:
+    def run(self, at_commits: OutputsAtCommits, echo: Echo) -> None:
         """Try commits until every case's first differing commit is found, or hidden only
         by commits skipped for it."""
         step = 0
@@ -55,15 +55,15 @@ class Search:
             step += 1
             about = step + steps_left(list(open_)) - 1
             echo(f"step {step} of about {about}: trying {short(self.commits[middle])} ...")
-            self._try(middle, recorder)
+            self._try(middle, at_commits)
 
-    def _try(self, index: int, recorder: Recorder) -> None:
+    def _try(self, index: int, at_commits: OutputsAtCommits) -> None:
         """Record the commit at `index` for every case whose bounds it lies between."""
         sha = self.commits[index]
         wanted = [c for c in self.low if self.low[c] < index < self.high[c]
                   and c not in self.result.nondeterministic]
-        found = recorder.outputs(sha, wanted)
-        recorder.progress(sha, wanted)
+        found = at_commits.outputs(sha, wanted)
+        at_commits.progress(sha, wanted)
         changed = changed_cases({c: self.at_good[c] for c in found}, found)
         for case in found:
             if case in changed:

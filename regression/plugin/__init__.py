@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from regression.errors import RegressionError
-from regression.run.job import CheckJob, RecordJob, current_job
+from regression.run.job import CheckJob, CollectJob, current_job
 
 MODE_PLUGIN = "torch-regression-mode"
 """The plugin of this run that serves the `regression` fixture (each mode registers it)."""
@@ -38,14 +38,14 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         from regression.plugin import check
 
         check.register(early_config, job)
-    elif isinstance(job, RecordJob):
-        from regression.plugin import recording
-
-        recording.register(early_config, job)
-    else:
+    elif isinstance(job, CollectJob):
         from regression.plugin import collect
 
         collect.register(early_config, job)
+    else:
+        from regression.plugin import recording_mode
+
+        recording_mode.register(early_config, job, MODE_PLUGIN)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from regression.errors import CacheError, CacheWriteError, ReadOnlyError, Regres
 from regression.environment.fingerprint import environment_parts
 from regression.environment.harness import changed_helpers
 from regression.repository.worktree import prune_stale_worktrees, reference_worktree
-from regression.run.job import RecordJob
+from regression.run.job import RecordingJob, RecordJob, ReproduceJob, TraceJob
 from regression.run.launch import run_pytest, tail
 from regression.run.types import Echo, Generation, Pending, RecordResult, Reference, Suite
 from regression.store.cache import Entry
@@ -245,10 +245,13 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
     """Record `todo` in a new process, the subject from `worktree` (of the reference)."""
     reference = suite.reference
     try:
-        job = RecordJob(reference, subject_root=str(worktree / reference.settings.subject_path),
-                        parts=suite.entry.parts, cases=todo, workers=suite.workers,
-                        verify=verify, full_values=full_values,
-                        workdir=str(project_in(reference, worktree)))
+        subject_root = str(worktree / reference.settings.subject_path)
+        workdir = str(project_in(reference, worktree))
+        job: RecordingJob = ReproduceJob(
+            reference, subject_root=subject_root, parts=suite.entry.parts, cases=todo,
+            workers=suite.workers, workdir=workdir) if verify else RecordJob(
+            reference, subject_root=subject_root, parts=suite.entry.parts, cases=todo,
+            workers=suite.workers, full_values=full_values, workdir=workdir)
         return _recording(reference, job, echo)
     except KeyboardInterrupt:
         kept = still_valid(suite.entry, todo)
@@ -257,7 +260,7 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
         raise
 
 
-def _recording(reference: Reference, job: RecordJob, echo: Echo, working_tree: bool = False
+def _recording(reference: Reference, job: RecordingJob, echo: Echo, working_tree: bool = False
                ) -> RecordResult:
     """Run a record job in a new process: its result, or its error raised here.
     `working_tree`: the job's subject is the working tree's, not the reference's."""
@@ -269,7 +272,7 @@ def _recording(reference: Reference, job: RecordJob, echo: Echo, working_tree: b
         return outcome(reference, job, process, working_tree)
 
 
-def outcome(reference: Reference, job: RecordJob, process: subprocess.CompletedProcess[str],
+def outcome(reference: Reference, job: RecordingJob, process: subprocess.CompletedProcess[str],
             working_tree: bool = False) -> RecordResult:
     """What an ended record job handed back: its result, or its error raised here (one that
     left neither: its exit and last lines)."""
@@ -297,9 +300,9 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
     with ExitStack() as stack:
         root = settings.root if working_tree else stack.enter_context(
             reference_worktree(reference.repo, reference.sha))
-        job = RecordJob(reference, subject_root=str(root / settings.subject_path),
-                        cases={nodeid: ""}, trace=str(folder),
-                        workdir="" if working_tree else str(project_in(reference, root)))
+        job = TraceJob(reference, subject_root=str(root / settings.subject_path),
+                       cases={nodeid: ""}, folder=str(folder),
+                       workdir="" if working_tree else str(project_in(reference, root)))
         result = _recording(reference, job, echo, working_tree)
     where = "in the working tree" if working_tree else f"at {reference.label}"
     fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \

@@ -34,6 +34,8 @@ MAX_JOB_BYTES = 64 << 20
 JOB_ENV = "REGRESSION_JOB"
 COLLECT = "collect"
 RECORD = "record"
+REPRODUCE = "reproduce"
+TRACE = "trace"
 CHECK = "check"
 GEN_AUTO = "auto"    # record what is missing or invalid, then check
 GEN_NEVER = "never"  # invoke test --no-gen: stop when a reference is missing
@@ -180,38 +182,70 @@ class CollectJob(_Job[CollectResult]):
 
 
 @dataclass(frozen=True)
-class RecordJob(_Job[RecordResult]):
-    """Record the wanted cases with the subject imported from the reference worktree."""
+class _RecordingJob(_Job[RecordResult]):
+    """What every recording carries: it runs the wanted cases in a new process, the subject
+    imported from `subject_root`."""
 
-    parts: dict[str, str] = field(default_factory=dict)
-    """The fingerprint the parent computed; the child must see the same."""
     cases: dict[str, str] = field(default_factory=dict)
     """The wanted cases, node id -> harness digest."""
+    parts: dict[str, str] = field(default_factory=dict)
+    """The fingerprint the parent computed; the child must see the same (a trace: none)."""
     workers: int = 0
     """pytest-xdist workers (0: one process)."""
-    verify: bool = False
-    """Compare each case's outputs with the stored ones instead of storing them."""
-    full_values: bool = False
-    """Store every tensor's values, none as a digest (`invoke test --full-values`)."""
-    trace: str = ""
-    """Trace every module call of the one wanted case into this folder (`invoke explain`),
-    with its checked outputs, instead of storing them in the cache."""
-    wanted: int = -1
-    """A pipe (its file descriptor, inherited) on which the wanted cases arrive once the
-    check run that started this recording early has collected them; -1: `cases` holds
-    them."""
-    handoff: int = -1
-    """A pipe (its file descriptor, inherited) on which each case is handed over as it is
-    stored, to the check run that checks it meanwhile (run/handoff.py); -1: none."""
     workdir: str = ""
     """The working folder of the recording, the project's folder in the reference's
     worktree (files read from the user's repository are then watched); empty: the working
     tree's own run (`invoke explain`'s candidate side)."""
 
-    mode: ClassVar[str] = RECORD
-
     def _result_type(self) -> type[RecordResult]:
         return RecordResult
+
+
+@dataclass(frozen=True)
+class Beside:
+    """The pipes (file descriptors, inherited) between a recording and the check run that
+    started it and checks each case as it is stored (run/handoff.py)."""
+
+    cases: int
+    """The wanted cases arrive on it once the check run has collected them; the answer to
+    `ask_shared` comes on it too."""
+    handoff: int
+    """Each case is handed over on it as it is stored."""
+
+
+@dataclass(frozen=True)
+class RecordJob(_RecordingJob):
+    """Record the wanted cases as references, each stored in the cache as it ends."""
+
+    full_values: bool = False
+    """Store every tensor's values, none as a digest (`invoke test --full-values`)."""
+    beside: Beside | None = None
+    """Beside a check run: the pipes to it (the wanted cases come on one); None: `cases`
+    holds them, and no run checks them meanwhile."""
+
+    mode: ClassVar[str] = RECORD
+
+
+@dataclass(frozen=True)
+class ReproduceJob(_RecordingJob):
+    """Record the wanted cases again and compare each one's outputs with the stored ones,
+    storing nothing (`determinism.repeat`, `--repeat`)."""
+
+    mode: ClassVar[str] = REPRODUCE
+
+
+@dataclass(frozen=True)
+class TraceJob(_RecordingJob):
+    """Trace every module call of the one wanted case into `folder` (`invoke explain`),
+    with its checked outputs; nothing goes into the cache."""
+
+    folder: str = ""
+
+    mode: ClassVar[str] = TRACE
+
+
+RecordingJob = Union[RecordJob, ReproduceJob, TraceJob]
+"""The kinds of recording."""
 
 
 @dataclass(frozen=True)
@@ -245,9 +279,10 @@ class CheckJob(_Job[CheckResult]):
         return CheckResult
 
 
-Job = Union[CollectJob, RecordJob, CheckJob]
-JOBS: dict[str, type[CollectJob] | type[RecordJob] | type[CheckJob]] = {
-    COLLECT: CollectJob, RECORD: RecordJob, CHECK: CheckJob}
+Job = Union[CollectJob, RecordJob, ReproduceJob, TraceJob, CheckJob]
+JOBS: dict[str, type[Job]] = {
+    COLLECT: CollectJob, RECORD: RecordJob, REPRODUCE: ReproduceJob, TRACE: TraceJob,
+    CHECK: CheckJob}
 
 
 def current_job() -> Job | None:

@@ -24,7 +24,7 @@ from regression.config.paths import CACHE_DIR_ENV
 from regression.errors import RegressionError
 from regression.run.lifeline import ending_with_this_process
 from regression.repository.gitcmd import git_environment
-from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, Job, RecordJob
+from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, CollectJob, Job, RecordJob
 from regression.run.types import Echo
 from regression.store.scratch import scratch_folder
 
@@ -72,7 +72,8 @@ def _xdist_args(job: Job | None) -> tuple[str, ...]:
         return ()  # the check run: the task passes --workers as -n, or addopts decides
     if importlib.util.find_spec("xdist") is None:
         return ()  # the tasks refuse --workers without it
-    workers = job.workers if isinstance(job, RecordJob) and job.workers > 1 else 0
+    workers = job.workers if not isinstance(job, (CheckJob, CollectJob)) and job.workers > 1 \
+        else 0
     return ("-n", str(workers))
 
 

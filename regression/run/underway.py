@@ -25,7 +25,7 @@ from regression.run.generation import generate, nothing_recordable, outcome, pla
     project_in, read_only_plan, recording_args, require_all_ran, still_valid
 from regression.run import overlap
 from regression.run.handoff import Handoff, answer_shared, send_cases
-from regression.run.job import RecordJob
+from regression.run.job import Beside, RecordJob
 from regression.run.launch import before_exit, let_finish, start_pytest
 from regression.run.types import Echo, Generation, Pending, Reference, Suite
 from regression.store.record import CaseRecord
@@ -149,8 +149,8 @@ class Underway:
         self.job = RecordJob(
             reference, result=str(folder / "result.json"),
             subject_root=str(worktree / reference.settings.subject_path),
-            workdir=str(project_in(reference, worktree)), handoff=handoff_write,
-            wanted=cases_read)
+            workdir=str(project_in(reference, worktree)),
+            beside=Beside(cases=cases_read, handoff=handoff_write))
         try:
             child = start_pytest(reference.settings, recording_args(reference.settings),
                                  self.job, folder, self.output, (handoff_write, cases_read))
@@ -189,7 +189,7 @@ class Underway:
         self.suite, self.todo, self.result = suite, todo, result
         self.stack.enter_context(lock)
         cases = {nodeid: p.harness for nodeid, p in todo.items()}
-        self.job = replace(self.job, cases=cases, parts=suite.entry.parts, wanted=-1)
+        self.job = replace(self.job, cases=cases, parts=suite.entry.parts)
         pipe, self.cases_pipe = self.cases_pipe, -1  # the answer goes back on it
         # a thread: the recording reads its cases once it has collected, and a pipe holds
         # only so much

@@ -215,7 +215,7 @@ JOBS = {
     "wrong type": (lambda tmp: _job_file(tmp, '{"mode": "check", "result": 5}'),
                    "field 'result' is unknown or of the wrong type"),
     "unknown mode": (lambda tmp: _job_file(tmp, '{"mode": "delete", "result": "r"}'),
-                     "mode 'delete' is none of collect, record, check"),
+                     "mode 'delete' is none of collect, record, reproduce, trace, check"),
     "a folder": (lambda tmp: tmp, "Is a directory"),
     "a pipe": (lambda tmp: _fifo(tmp / "pipe"), "not a regular file"),
 }

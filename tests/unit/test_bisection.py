@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from regression.config.settings import Settings
-from regression.diagnose.bisect_record import Recorder, changed_cases, suite_at
+from regression.diagnose.bisect_outputs import OutputsAtCommits, changed_cases, suite_at
 from regression.repository.gitcmd import Repository
 from regression.run.types import Reference, Suite, subject_code
 from regression.store.cache import Entry
@@ -21,7 +21,7 @@ FAILS = None  # the case fails at that commit
 UNREPRODUCED = float("nan")  # stored as nondeterministic at that commit
 
 
-class History(Recorder):
+class History(OutputsAtCommits):
     """Each case's value at each commit (FAILS: skipped there); what was asked, in order."""
 
     def __init__(self, result: Bisection, values: dict[str, list[float | None]]) -> None:

@@ -15,7 +15,8 @@ from regression.repository.gitcmd import Repository
 from regression.declarations import Declaration
 from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, CaseOutcome
 from regression.run.completion import Completion
-from regression.run.job import GEN_ONLY, JOB_ENV, CheckJob, CollectJob, RecordJob, current_job
+from regression.run.job import GEN_ONLY, JOB_ENV, Beside, CheckJob, CollectJob, Job, RecordJob, \
+    ReproduceJob, TraceJob, current_job
 from regression.run.types import CheckResult, CollectResult, Generation, RecordResult, Reference
 from regression.shard import ShardSpec
 
@@ -30,19 +31,24 @@ def _reference(tmp_path: Path) -> Reference:
                      "a" * 40, "subj tree " + "b" * 40)
 
 
-def _jobs(tmp_path: Path) -> list[CollectJob | RecordJob | CheckJob]:
+def _jobs(tmp_path: Path) -> list[Job]:
     reference = _reference(tmp_path)
     result = str(tmp_path / "result.json")
     return [CollectJob(reference, result, subject_root="/c/zoo"),
             RecordJob(reference, result, "/w/zoo", parts={"torch": "2"}, cases={"t::a": "h"},
-                      workers=2, verify=True, trace="/t", workdir="/w"),
+                      workers=2, full_values=True, beside=Beside(cases=5, handoff=6),
+                      workdir="/w"),
             CheckJob(reference, result, shard=ShardSpec(2, 3), gen=GEN_ONLY, force=True,
                      workers=2, repeat=3, selection="-k vit",
                      declarations=(Declaration("t::a", ("out", "y"), "behaviour", "why",
-                                               "b" * 40, 7),))]
+                                               "b" * 40, 7),)),
+            ReproduceJob(reference, result, "/w/zoo", parts={"torch": "2"},
+                         cases={"t::a": "h"}, workers=2, workdir="/w"),
+            TraceJob(reference, result, "/c/zoo", cases={"t::a": ""}, folder="/t")]
 
 
-@pytest.mark.parametrize("index", range(3), ids=["collect", "record", "check"])
+@pytest.mark.parametrize("index", range(5),
+                         ids=["collect", "record", "check", "reproduce", "trace"])
 def test_a_job_is_read_back_as_written_settings_and_reference_included(
         index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     job = _jobs(tmp_path)[index]
@@ -92,6 +98,28 @@ def test_a_field_of_the_wrong_type_is_named_however_deep(
         where: tuple[str, ...], value: object, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     _jobs(tmp_path)[2].save(tmp_path / "job.json")
+    data = json.loads((tmp_path / "job.json").read_text())
+    inner = data
+    for key in where[:-1]:
+        inner = inner[key]
+    inner[where[-1]] = value
+    (tmp_path / "job.json").write_text(json.dumps(data))
+    monkeypatch.setenv(JOB_ENV, str(tmp_path / "job.json"))
+    with pytest.raises(Exception) as raised:
+        current_job()
+    assert f"field {'.'.join(where)!r} is unknown or of the wrong type" in str(raised.value)
+
+
+@pytest.mark.parametrize("where,value", [
+    (("beside", "handoff"), "6"),
+    (("beside", "cases"), True),
+    (("verify",), True),  # a flag of old: a reproduce job is a kind of its own
+    (("trace",), "/t"),
+])
+def test_a_record_job_field_of_the_wrong_type_or_of_another_kind_is_named(
+        where: tuple[str, ...], value: object, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _jobs(tmp_path)[1].save(tmp_path / "job.json")
     data = json.loads((tmp_path / "job.json").read_text())
     inner = data
     for key in where[:-1]:

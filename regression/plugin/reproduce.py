@@ -1,23 +1,23 @@
-"""Verify mode (`--repeat`): each case recorded again is compared with what its first
-recording stored, as it ends, and let go."""
+"""Reproducing references (a reproduce job, `--repeat`): each case recorded again is
+compared with what its first recording stored, as it ends, and let go."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from regression.errors import RegressionError
+from regression.plugin.recording_run import RecordingRun
 from regression.store.record import ABSENT, Output
 
-if TYPE_CHECKING:
-    from regression.plugin.recording import Recording
 
-
-class Verify:
+class Reproducer:
     """A pytest plugin: the cases whose outputs differ from the stored ones, each with the
     names of those outputs (all of them if it no longer ran)."""
 
-    def __init__(self, recording: Recording) -> None:
-        self.recording = recording
+    digests = True
+
+    def __init__(self, run: RecordingRun) -> None:
+        self.run = run
         self.differ: dict[str, list[str]] = {}
         self.seen: set[str] = set()
         self.problem: RegressionError | None = None
@@ -25,7 +25,7 @@ class Verify:
     def case_done(self, nodeid: str, outputs: tuple[Output, ...]) -> None:
         if self.problem is not None:
             return
-        now = outputs if nodeid in self.recording.ran else ()
+        now = outputs if nodeid in self.run.ran else ()
         try:
             self._compare(nodeid, {o.name: o.value for o in now})
         except RegressionError as exc:
@@ -35,7 +35,7 @@ class Verify:
         from regression.compare.outputs import compare_outputs
 
         self.seen.add(nodeid)
-        stored = self.recording.entry().load_case(nodeid)
+        stored = self.run.entry().load_case(nodeid)
         if stored is None or stored.status == ABSENT:
             return
         before = {o.name: o.value for o in stored.outputs}
@@ -46,10 +46,10 @@ class Verify:
     def result(self) -> dict[str, Any]:
         if self.problem is not None:
             raise self.problem
-        for nodeid in self.recording.job.cases:
+        for nodeid in self.run.cases:
             if nodeid not in self.seen:
                 self._compare(nodeid, {})
-        return {"differ": {n: self.differ[n] for n in self.recording.job.cases
+        return {"differ": {n: self.differ[n] for n in self.run.cases
                            if n in self.differ}}
 
     def discard(self) -> None:

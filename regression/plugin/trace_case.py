@@ -1,25 +1,26 @@
-"""Trace mode (`invoke explain`): every module call of the one wanted case is traced, and
-its checked outputs go next to the trace, not to the cache."""
+"""Tracing a case (a trace job, `invoke explain`): every module call of the one wanted
+case is traced, and its checked outputs go next to the trace, not to the cache."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generator
+from typing import Any, Generator
 
 import pytest
 
+from regression.plugin.recording_run import RecordingRun
+from regression.run.job import TraceJob
 from regression.store.record import Output
 
-if TYPE_CHECKING:
-    from regression.plugin.recording import Recording
 
-
-class Trace:
+class CaseTracer:
     """A pytest plugin: traces the case's body, and writes its outputs as it ends."""
 
-    def __init__(self, recording: Recording) -> None:
-        self.recording = recording
-        self.folder = Path(recording.job.trace)
+    digests = False  # the values themselves are explained
+
+    def __init__(self, run: RecordingRun, job: TraceJob) -> None:
+        self.run = run
+        self.folder = Path(job.folder)
         self.problem = ""
         """Why the trace of the case stopped, if it did."""
         self.traced = ""
@@ -39,9 +40,9 @@ class Trace:
     def case_done(self, nodeid: str, outputs: tuple[Output, ...]) -> None:
         from regression.diagnose.trace_file import write_outputs
 
-        recording = self.recording
-        if self.problem or self.traced or nodeid not in recording.ran \
-                or nodeid in recording.absent:
+        run = self.run
+        if self.problem or self.traced or nodeid not in run.ran \
+                or nodeid in run.absent:
             return
         write_outputs(self.folder, {o.name: o.value for o in outputs})
         self.traced = nodeid
@@ -55,10 +56,10 @@ class Trace:
                     f"cannot be explained: {self.problem}{disk}"}
         if self.traced:
             return {"recorded": [self.traced], "absent": {}}
-        recording = self.recording
+        run = self.run
         return {"recorded": [], "absent": {
-            n: recording.absent.get(n) or recording.not_collected(n) or "it did not run"
-            for n in recording.job.cases}}
+            n: run.absent.get(n) or run.not_collected(n) or "it did not run"
+            for n in run.cases}}
 
     def discard(self) -> None:
         """Nothing to undo: the trace folder is the parent's, and read only on success."""

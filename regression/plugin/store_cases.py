@@ -1,36 +1,38 @@
-"""Record mode: each case the reference runs is stored as it ends, and let go."""
+"""Storing references (a record job): each case the reference runs is stored as it ends,
+and let go; beside a check run, handed over to it too."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import pytest
 
 from regression.errors import RegressionError
-from regression.plugin.recording import NOT_COLLECTABLE
+from regression.plugin.recording_run import NOT_COLLECTABLE, RecordingRun
 from regression.run.handoff import hand_over
+from regression.run.job import RecordJob
 from regression.run.overlap import shared_reason
 from regression.store.cache import Entry
 from regression.store.record import ABSENT, CaseRecord, Output, StagedCase
 
-if TYPE_CHECKING:
-    from regression.plugin.recording import Recording
 
-
-class Record:
+class CaseStorer:
     """A pytest plugin: writes each case's tensors as the case ends, and its record, which
     makes it valid, once the whole recording is proven the reference's."""
 
-    def __init__(self, recording: Recording) -> None:
-        self.recording = recording
+    def __init__(self, run: RecordingRun, job: RecordJob) -> None:
+        self.run = run
+        self.digests = not job.full_values
         self.staged: dict[str, StagedCase] = {}
         """Cases whose tensors are written: each one's record, as small data."""
         self.problem: RegressionError | None = None
         """Why a case could not be staged: the recording fails with it at its end."""
         self.created = False
-        self.handoff = recording.job.handoff
-        """The pipe to a check run that checks each case meanwhile; -1: none."""
+        self.beside = job.beside is not None
+        """Whether a check run beside this recording checks each case meanwhile."""
+        self.handoff = job.beside.handoff if job.beside else -1
+        """The pipe each stored case is handed over on; -1: none (or its reader is gone)."""
         if self.handoff >= 0:
             try:
                 os.set_inheritable(self.handoff, False)  # not the tests' own child processes
@@ -38,18 +40,18 @@ class Record:
                 self.handoff = -1
 
     def case_done(self, nodeid: str, outputs: tuple[Output, ...]) -> None:
-        recording = self.recording
+        run = self.run
         if self.problem:
             return
-        if nodeid in recording.absent:
-            self._hand_over_absent(nodeid, recording.absent[nodeid])
+        if nodeid in run.absent:
+            self._hand_over_absent(nodeid, run.absent[nodeid])
             return
-        if nodeid not in recording.ran:
+        if nodeid not in run.ran:
             return
         try:
             entry = self._created()
             staged = self.staged[nodeid] = entry.stage_case(
-                CaseRecord(nodeid, recording.job.cases[nodeid], outputs=outputs))
+                CaseRecord(nodeid, run.cases[nodeid], outputs=outputs))
         except RegressionError as exc:
             self.problem = exc  # nothing is handed over: the check run waits for the end
             return
@@ -57,17 +59,17 @@ class Record:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The wanted cases that do not exist at the reference are handed over at once."""
-        for nodeid in self.recording.job.cases:
-            reason = self.recording.not_collected(nodeid)
+        for nodeid in self.run.cases:
+            reason = self.run.not_collected(nodeid)
             if reason:
                 self._hand_over_absent(nodeid, reason)
 
     def _hand_over_absent(self, nodeid: str, reason: str) -> None:
         if self.handoff >= 0 and not self.problem:
-            record = CaseRecord(nodeid, self.recording.job.cases[nodeid], status=ABSENT,
+            record = CaseRecord(nodeid, self.run.cases[nodeid], status=ABSENT,
                                 reason=reason)
             try:
-                body = self.recording.entry().stage_case(record).body
+                body = self.run.entry().stage_case(record).body
             except RegressionError as exc:
                 self.problem = exc
                 return
@@ -80,11 +82,11 @@ class Record:
             self.problem = RegressionError(
                 "the check run that started this recording ended before it: nothing is "
                 "stored, as the entry's lock went with it")
-            self.recording.stopping = str(self.problem)
+            self.run.stopping = str(self.problem)
 
     def _created(self) -> Entry:
         """The recording's entry, made once (the parent made it: this only proves it)."""
-        entry = self.recording.entry()
+        entry = self.run.entry()
         if not self.created:
             entry.create()
             self.created = True
@@ -94,17 +96,17 @@ class Record:
         """Every wanted case stored: recorded, or not in the reference and why."""
         if self.problem is not None:
             raise self.problem
-        recording = self.recording
+        run = self.run
         entry = self._created()
         recorded, absent, doubtful = [], {}, {}
-        shared = recording.shared()
-        for nodeid, harness in recording.job.cases.items():
+        shared = run.ask_shared()
+        for nodeid, harness in run.cases.items():
             # Every xdist worker collects every case; the first one alone stores those
             # that do not exist at the reference.
-            known = recording.worker in ("", "gw0")
-            failed = recording.absent.get(nodeid, "")
-            reason = failed or (recording.not_collected(nodeid) if known else "")
-            if recording.job.handoff >= 0 and (failed or reason.startswith(NOT_COLLECTABLE)):
+            known = run.worker in ("", "gw0")
+            failed = run.absent.get(nodeid, "")
+            reason = failed or (run.not_collected(nodeid) if known else "")
+            if self.beside and (failed or reason.startswith(NOT_COLLECTABLE)):
                 doubtful[nodeid] = reason  # the check run beside it may be why
             elif shared and (reason or nodeid in self.staged):
                 # its value may be the check run's: not stored (the check run may still read
@@ -113,17 +115,17 @@ class Record:
                 doubtful[nodeid] = shared_reason(shared)
             elif reason:
                 entry.save_case(CaseRecord(nodeid, harness, status=ABSENT, reason=reason,
-                                           helpers=recording.helpers))
+                                           helpers=run.helpers))
                 absent[nodeid] = reason
             elif nodeid in self.staged:
-                entry.commit_case(self.staged.pop(nodeid), recording.helpers)
+                entry.commit_case(self.staged.pop(nodeid), run.helpers)
                 recorded.append(nodeid)
             # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
         return {"recorded": recorded, "absent": absent, "doubtful": doubtful}
 
     def discard(self) -> None:
         if self.staged:
-            entry = self.recording.entry()
+            entry = self.run.entry()
             for staged in self.staged.values():
                 entry.drop_staged(staged)
             self.staged.clear()

@@ -1,4 +1,5 @@
-"""Records the commits a bisect tries, on demand, and notes which cases each is skipped for."""
+"""The outputs of the cases at the commits a bisect tries, recorded on demand; which cases
+each commit is skipped for, and why."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def suite_at(suite: Suite, sha: str, cases: list[str]) -> Suite:
                    cases={c: suite.cases[c] for c in cases})
 
 
-class Recorder:
+class OutputsAtCommits:
     """Records commits on demand, each case once at each; notes for which cases a commit is
     skipped and why, and the cases stored as nondeterministic."""
 
