@@ -21,7 +21,7 @@ from regression.run.types import Reference
 def _reference(tmp_path: Path) -> Reference:
     settings = Settings(path=tmp_path / "config.yaml", reference="v1", subject_packages=("zoo",))
     return Reference(settings, Repository(str(tmp_path), str(tmp_path / ".git")), "v1",
-                     "a" * 40)
+                     "a" * 40, "zoo tree " + "b" * 40)
 
 
 @pytest.mark.parametrize("kind,options,keeper,digests", [
