@@ -9,7 +9,8 @@ Builds the synthetic suite (bench/synthetic.py: N cases, each checking one float
 
 Each run is one process tree under GNU time, which gives its wall time and its peak resident
 memory (the largest process of the tree). Printed per size, medians of the rounds: time per
-case and the overhead per case over plain, cold / warm, peak memory against plain, and the
+case and the overhead per case over plain (and its spread: the same slope in each round
+alone, lowest to highest), cold / warm, peak memory against plain, and the
 cache's bytes per case. Then a simulation of a CI matrix: 1,200 cases of about 1 s each on
 16 shards, assigned by regression/shard.py, with the overheads measured here: the slowest
 shard's time / (its cases' seconds + one torch start), warm and cold.
@@ -164,6 +165,23 @@ def slope_lines(taken: dict[tuple[int, str], list[Sample]], sizes: list[int]) ->
     return lines
 
 
+def spread_lines(taken: dict[tuple[int, str], list[Sample]], sizes: list[int]) -> list[str]:
+    """Warm - plain per case in each round on its own (the slope between the two largest
+    sizes, both variants of that round): the median, and the lowest and highest round."""
+    small, large = sorted(sizes)[-2:]
+    lines = []
+    for field in ("cpu", "wall"):
+        extra = sorted(
+            ((getattr(taken[(large, "warm")][r], field) - getattr(taken[(small, "warm")][r], field))
+             - (getattr(taken[(large, "plain")][r], field)
+                - getattr(taken[(small, "plain")][r], field))) / (large - small) * 1e3
+            for r in range(len(taken[(large, "warm")])))
+        lines.append(f"warm - plain per case, {field}, round by round: median "
+                     f"{statistics.median(extra):.2f} ms, from {extra[0]:.2f} to "
+                     f"{extra[-1]:.2f} ms ({len(extra)} rounds)")
+    return lines
+
+
 def matrix(taken: dict[tuple[int, str], list[Sample]], sizes: list[int], start: float
            ) -> list[str]:
     """1,200 cases of about 1 s (seeded spread) on 16 shards, balanced by recorded durations
@@ -217,7 +235,7 @@ def main() -> None:
         taken = measure(suites, rounds)
         caches = {suite.count: suite.cache_bytes() for suite in suites}
     lines = [*size_table(taken, caches), *slope_lines(taken, sizes),
-             *matrix(taken, sizes, start)]
+             *spread_lines(taken, sizes), *matrix(taken, sizes, start)]
     print("\n".join(lines))
 
 

@@ -101,10 +101,18 @@ def select(cases: Iterable[str], spec: ShardSpec, durations: Mapping[str, float]
     return assign(cases, spec.count, durations, pins)[spec.index - 1]
 
 
+SHARD_START = 3.0
+"""Seconds a shard spends before its first case, whatever its cases: Python, invoke, torch's
+import, collecting the suite and planning. A fixed cost per process, which no case's
+recorded duration holds; how it was measured: docs/performance.md, Shards."""
+
+
 def table(cases: Iterable[str], count: int, durations: Mapping[str, float] | None = None,
-          pins: Mapping[str, int] | None = None) -> list[tuple[int, int, float]]:
-    """(shard, cases, estimated seconds) for each shard."""
+          pins: Mapping[str, int] | None = None, start: float = 0.0
+          ) -> list[tuple[int, int, float]]:
+    """(shard, cases, estimated seconds) for each shard: its cases' seconds, and `start`
+    (SHARD_START where the estimate is a shard's whole run), which every shard pays."""
     cases = list(cases)
     seconds = estimate(cases, durations or {})
-    return [(i + 1, len(shard), sum(seconds[c] for c in shard))
+    return [(i + 1, len(shard), start + sum(seconds[c] for c in shard))
             for i, shard in enumerate(assign(cases, count, durations, pins))]

@@ -38,7 +38,7 @@ from regression.run.api import cache_key, candidate_checkout, check_job, collect
 from regression.run.generation import record_values
 from regression.run.types import CheckResult, Reference, Suite, resolve
 from regression.shard import MAX_SHARDS, ShardSpec, assign, parse_shard
-from regression.shard import table as shard_table
+from regression.shard import SHARD_START, table as shard_table
 
 PYTEST_INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED: collection errors, Ctrl-C
 PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: also its "not found" for a node id
@@ -485,7 +485,7 @@ def _shards(count_text: str | None, list_cases: bool) -> None:
 def _shard_table_lines(cases: list[str], count: int, durations: dict[str, float], known: int,
                        settings: Settings) -> list[str]:
     """The split as a table; estimated seconds only when some durations are recorded."""
-    table = shard_table(cases, count, durations, settings.pins)
+    table = shard_table(cases, count, durations, settings.pins, SHARD_START)
     name = settings.durations_file.name
     if not known:
         return [f"{len(cases)} cases, no recorded durations ({name} "
@@ -496,7 +496,9 @@ def _shard_table_lines(cases: list[str], count: int, durations: dict[str, float]
                 *(f"{index:>5}  {number:>5}" for index, number, _ in table)]
     guessed = f"; the other {len(cases) - known} count as their mean" if known < len(cases) \
         else ""
-    return [f"{len(cases)} cases, {known} with recorded durations ({name}){guessed}",
+    return [f"{len(cases)} cases, {known} with recorded durations ({name}){guessed}; each "
+            f"shard's estimate includes {SHARD_START:.1f} s to start (Python, torch, "
+            "collecting, planning)",
             f"{'shard':>5}  {'cases':>5}  {'est. seconds':>12}",
             *(f"{index:>5}  {number:>5}  {seconds:>12.2f}" for index, number, seconds in table)]
 

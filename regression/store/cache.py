@@ -14,7 +14,8 @@ from regression.errors import CacheError, CacheWriteError, StoreError
 from regression.environment.fingerprint import FORMAT_VERSION, differing_parts, key_of
 from regression.store.cachedir import (CASES, ENTRY_FILE, LAST_USED, EntryLock, ensure_cache_root,
                                        lock_path, remove_folder, with_fix)
-from regression.store.files import dump_verified, load_verified, verify_safetensors, write_atomic
+from regression.store.files import Layout, Stamp, dump_verified, load_verified, stamp_of, \
+    verified_layout, write_atomic
 from regression.store.record import (TENSOR_FILE, CaseRecord, Output, StagedCase, StoredHarness,
                                      case_id, checked_body, checked_fields)
 
@@ -22,7 +23,6 @@ FORMAT = int(FORMAT_VERSION)
 _NO_FOLLOW_OR_BLOCK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
-Stamp = tuple[int, int, int, int, int]
 RACY_NS = 2_000_000_000
 """A file written this recently may be written again without its times changing (they tick
 coarsely): it is read again each time, as git does with racily clean files."""
@@ -30,13 +30,17 @@ T = TypeVar("T")
 
 
 def stamp(path: Path) -> Stamp | None:
-    """What changes whenever a file is replaced or written: device, inode, size, mtime and
-    ctime in ns (ctime cannot be set back); None when it cannot be read."""
+    """A file's stamp (files.Stamp); None when it cannot be read."""
     try:
-        found = os.lstat(path)
+        return stamp_of(os.lstat(path))
     except OSError:
         return None
-    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+def settled(found: Stamp) -> bool:
+    """Whether a file was last written before the racy window: only then does its stamp
+    stand for its content."""
+    return found[3] < time.time_ns() - RACY_NS
 
 
 def names_code(cache_dir: Path, code: str) -> bool:
@@ -78,6 +82,12 @@ class Entry:
         self.key = key_of(self.parts)
         self.directory = cache_dir / self.key
         self.cases = self.directory / CASES
+        self.identity = self.directory / ENTRY_FILE
+        self._case_paths: dict[str, Path] = {}
+        """Each case's record path, joined once (a case's path is wanted several times)."""
+        self._layouts: dict[Path, Layout] = {}
+        """Tensor files the plan verified, by path: the check that loads one reads it again
+        for its values, but hashes and parses it again only if it changed since."""
         self._tensor_index: dict[str, set[str]] = {}
         """Tensor files in the cases folder by case id, listed once (see _tensor_files)."""
         self._verified: dict[Path, tuple[Stamp, Any]] = {}
@@ -101,7 +111,7 @@ class Entry:
         return entry
 
     def exists(self) -> bool:
-        return (self.directory / ENTRY_FILE).is_file()
+        return self.identity.is_file()
 
     def lock(self) -> EntryLock:
         """The lock held while this entry is generated or removed; freed if its holder dies."""
@@ -196,7 +206,7 @@ class Entry:
     def verify_identity(self) -> None:
         """Raise unless the stored fingerprint is exactly the current one."""
         self.require_own_folders()
-        body = self._load_once(self.directory / ENTRY_FILE, load_verified)
+        body = self._load_once(self.identity, load_verified)
         recorded = body.get("parts")
         if not isinstance(recorded, dict) or recorded != self.parts:
             differences = differing_parts(recorded if isinstance(recorded, dict) else {},
@@ -207,7 +217,10 @@ class Entry:
             )
 
     def case_path(self, nodeid: str) -> Path:
-        return self.cases / f"{case_id(nodeid)}.json"
+        path = self._case_paths.get(nodeid)
+        if path is None:
+            path = self._case_paths[nodeid] = self.cases / f"{case_id(nodeid)}.json"
+        return path
 
     def save_case(self, record: CaseRecord) -> None:
         """Store one case atomically: tensors first, then the record that names them."""
@@ -293,13 +306,14 @@ class Entry:
         if known is not None and before is not None and known[0] == before:
             return known[1]  # type: ignore[no-any-return]
         loaded = load(path)
-        if before is not None and before[3] < time.time_ns() - RACY_NS:
+        if before is not None and settled(before):
             self._verified[path] = (before, loaded)
         return loaded
 
     def forget(self, nodeid: str) -> None:
         """Let go of what was kept of a case's record once it is checked."""
-        self._verified.pop(self.case_path(nodeid), None)
+        path = self._case_paths.pop(nodeid, None) or self.case_path(nodeid)
+        self._verified.pop(path, None)
 
     def _require_tensors(self, nodeid: str, wanted: set[str], stored: set[str],
                          where: Path | str | None = None) -> None:
@@ -317,8 +331,11 @@ class Entry:
         body, wanted = loaded
         stored: set[str] = set()
         if body["tensors"]:
-            stored = verify_safetensors(self.cases / body["tensors"]["file"],
-                                        body["tensors"]["digest"])
+            path = self.cases / body["tensors"]["file"]
+            layout = verified_layout(path, body["tensors"]["digest"])
+            if settled(layout.stamp):
+                self._layouts[path] = layout
+            stored = {slot.name for slot in layout.slots}
         self._require_tensors(nodeid, wanted, stored)
         return StoredHarness(str(body["harness"]), dict(body["helpers"]))
 
@@ -332,11 +349,12 @@ class Entry:
 
     def load_case(self, nodeid: str) -> CaseRecord | None:
         """The stored case, None when there is none; StoreError when it cannot be trusted."""
+        path = self.case_path(nodeid)
         loaded = self._load_body(nodeid)
         self.forget(nodeid)  # read for this case's check: not kept for the rest of the run
         if loaded is None:
             return None
-        return self._decoded(nodeid, *loaded, self.case_path(nodeid))
+        return self._decoded(nodeid, *loaded, path)
 
     def staged_record(self, nodeid: str, body: dict[str, Any]) -> CaseRecord:
         """A case that a recording still under way staged and handed over (run/handoff.py):
@@ -353,8 +371,9 @@ class Entry:
         try:
             tensors = {}
             if body["tensors"]:
-                tensors = tensors_from_file(self.cases / body["tensors"]["file"],
-                                            body["tensors"]["digest"])
+                path = self.cases / body["tensors"]["file"]
+                tensors = tensors_from_file(path, body["tensors"]["digest"],
+                                            self._layouts.pop(path, None))
             self._require_tensors(nodeid, wanted, set(tensors), where)
             outputs = tuple(Output(o["name"], decode(o["value"], tensors))
                             for o in body["outputs"])

@@ -8,6 +8,7 @@ import os
 import stat
 import tempfile
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -15,7 +16,7 @@ from regression.store import strictjson
 from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from regression.environment.fingerprint import content_hasher, digest
 from regression.nodes import MAX_DEPTH
-from regression.store.tensorfile import LENGTH_BYTES, header_length, parse_header
+from regression.store.tensorfile import LENGTH_BYTES, Slot, header_length, parse_header
 
 _HEADER = b"torch-regression "
 MAX_RECORD = 256 << 20
@@ -162,6 +163,45 @@ def read_checked(path: Path, expected_digest: str) -> bytearray:
     return data
 
 
+Stamp = tuple[int, int, int, int, int]
+"""What changes whenever a file is replaced or written: device, inode, size, mtime and ctime
+in ns (ctime cannot be set back)."""
+
+
+def stamp_of(found: os.stat_result) -> Stamp:
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor file verified whole: its content hash, its stamp as it was read, and where
+    its tensors lie."""
+
+    digest: str
+    stamp: Stamp
+    slots: tuple[Slot, ...]
+
+
+def read_tensor_file(path: Path, expected_digest: str, known: Layout | None = None
+                     ) -> tuple[bytearray, tuple[Slot, ...] | None]:
+    """The bytes of a tensor file, read once into one buffer. Its content hash is checked,
+    unless `known` verified this very file with this digest and its stamp has not changed
+    since (any write changes it); then its slots come too, and None otherwise."""
+    handle, size = _opened_regular(path)
+    try:
+        data = _fill(path, handle, bytearray(size))
+        after = stamp_of(os.fstat(handle))  # after the read: a write before or during it shows
+    except OSError as exc:
+        raise _read_error(path, exc) from None
+    finally:
+        os.close(handle)
+    if known is not None and known.digest == expected_digest and known.stamp == after:
+        return data, known.slots
+    if digest(data) != expected_digest:
+        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
+    return data, None
+
+
 def open_regular(path: Path) -> int:
     """A descriptor to read `path`, opened only if it is a regular file: never through a link,
     and never a FIFO (opening one waits for a writer) or a device (opening one can act)."""
@@ -236,9 +276,14 @@ WHOLE = 1 << 20
 
 
 def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
-    """The tensor names of a safetensors file, after checking its hash and layout in one
-    streaming pass, without torch and without unpickling; memory stays small whatever the
-    file's size."""
+    """The tensor names of a safetensors file, after checking its hash and layout (see
+    verified_layout)."""
+    return {slot.name for slot in verified_layout(path, expected_digest).slots}
+
+
+def verified_layout(path: Path, expected_digest: str) -> Layout:
+    """A safetensors file's layout, after checking its hash and layout in one streaming pass,
+    without torch and without unpickling; memory stays small whatever the file's size."""
     handle, size = _opened_regular(path)
     try:
         if size <= WHOLE:  # most are small: one read, no stream
@@ -247,6 +292,7 @@ def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
         else:
             with open(handle, "rb", closefd=False) as stream:
                 content_digest, header, size = _hash_with_header(path, stream)
+        found = stamp_of(os.fstat(handle))  # after the read, as read_tensor_file takes it
     except OSError as exc:
         raise _read_error(path, exc) from None
     finally:
@@ -258,7 +304,7 @@ def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
         slots = parse_header(header[LENGTH_BYTES:LENGTH_BYTES + length], size)
     except ValueError as exc:
         raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
-    return {slot.name for slot in slots}
+    return Layout(expected_digest, found, tuple(slots))
 
 
 def _length_or_0(data: bytes) -> int:

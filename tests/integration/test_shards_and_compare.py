@@ -48,10 +48,11 @@ def test_durations_are_stored_and_balance_the_shards(subject_repo: Repo) -> None
     path.write_text(json.dumps({case: 10.0 if case == slow else 1.0 for case in durations}))
     table = subject_repo.invoke("shards", "--count", "3", "--list")
     assert "7 cases, 7 with recorded durations" in table.stdout, output(table)
+    assert "each shard's estimate includes 3.0 s to start" in table.stdout
     lines = table.stdout.splitlines()
     start = lines.index(f"{'shard':>5}  {'cases':>5}  {'est. seconds':>12}") + 1
     rows = [line.split() for line in lines[start:start + 3]]
-    assert rows == [["1", "1", "10.00"], ["2", "3", "3.00"], ["3", "3", "3.00"]]
+    assert rows == [["1", "1", "13.00"], ["2", "3", "6.00"], ["3", "3", "6.00"]]  # + start
     # --list: each shard's cases, every case in exactly one, the slow one alone
     listed = lines[start + 3:]
     assert listed[:2] == ["shard 1/3:", f"  {slow}"]

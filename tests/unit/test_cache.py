@@ -787,6 +787,44 @@ def test_a_case_planned_then_checked_reads_its_record_once(
     assert reads == [entry.case_path(NODEID)]
 
 
+def test_a_tensor_file_the_plan_verified_is_read_by_the_check_and_not_hashed_again(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry.save_case(recorded_case())
+    path = tensor_file(entry)
+    _aged(path)
+    _aged(entry.case_path(NODEID))  # the record too: neither is hashed again
+    assert entry.valid_harness(NODEID) == StoredHarness("h1", {})
+    hashed: list[int] = []
+    real = digest
+
+    def counted(data: bytes | bytearray) -> str:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr("regression.store.files.digest", counted)
+    record = entry.load_case(NODEID)
+    assert record is not None and compare(record.outputs[0].value,
+                                          recorded_case().outputs[0].value) == []
+    assert hashed == []
+    entry.load_case(NODEID)  # not planned since: both hashed again
+    assert sorted(hashed) == sorted([path.stat().st_size, len(entry.case_path(NODEID)
+                                                            .read_bytes().partition(b"\n")[2])])
+
+
+def test_a_tensor_file_edited_since_the_plan_verified_it_is_refused(entry: Entry) -> None:
+    entry.save_case(recorded_case())
+    path = tensor_file(entry)
+    _aged(path)
+    entry.valid_harness(NODEID)
+    last = path.read_bytes()[-1]
+    with open(path, "r+b") as stream:  # the same size, in place, its mtime then set back
+        stream.seek(-1, os.SEEK_END)
+        stream.write(bytes([last ^ 0xFF]))
+    _aged(path)
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        entry.load_case(NODEID)
+
+
 @pytest.mark.parametrize("change", ["rewritten", "edited in place", "just written"])
 def test_a_record_that_changed_since_it_was_planned_is_read_again(entry: Entry, change: str
                                                                   ) -> None:

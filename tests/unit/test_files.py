@@ -21,6 +21,8 @@ from regression.store.files import (
     dump_verified,
     load_verified,
     read_checked,
+    read_tensor_file,
+    verified_layout,
     verify_safetensors,
     write_atomic,
 )
@@ -264,3 +266,35 @@ def test_verify_safetensors_checks_the_hash_of_every_byte_past_the_header(
 def test_read_checked_of_a_folder_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot be read"):
         read_checked(tmp_path, digest(b""))
+
+
+def test_a_file_verified_before_is_read_with_its_layout_and_not_hashed_again(
+        tmp_path: Path) -> None:
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(CRAFTED["valid"])
+    layout = verified_layout(path, digest(CRAFTED["valid"]))
+    assert [slot.name for slot in layout.slots] == ["a"]
+    assert read_tensor_file(path, digest(CRAFTED["valid"]), layout) == \
+        (bytearray(CRAFTED["valid"]), layout.slots)
+    assert read_tensor_file(path, digest(CRAFTED["valid"])) == (bytearray(CRAFTED["valid"]), None)
+
+
+def test_a_file_written_since_it_was_verified_is_hashed_again(tmp_path: Path) -> None:
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(CRAFTED["valid"])
+    layout = verified_layout(path, digest(CRAFTED["valid"]))
+    before = os.stat(path)
+    with open(path, "r+b") as stream:  # the same size, in place, its mtime then set back
+        stream.seek(-1, os.SEEK_END)
+        stream.write(b"\x01")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        read_tensor_file(path, digest(CRAFTED["valid"]), layout)
+
+
+def test_a_layout_of_another_digest_is_not_trusted(tmp_path: Path) -> None:
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(CRAFTED["valid"])
+    layout = verified_layout(path, digest(CRAFTED["valid"]))
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        read_tensor_file(path, digest(b"other"), layout)

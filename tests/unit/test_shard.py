@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from regression.errors import ShardError
-from regression.shard import ShardSpec, assign, estimate, parse_shard, select, table
+from regression.shard import SHARD_START, ShardSpec, assign, estimate, parse_shard, select, \
+    table
 
 PROPERTY = settings(max_examples=100, deadline=None, database=None)
 
@@ -254,3 +255,11 @@ def test_more_shards_than_cases_without_durations_leaves_some_empty() -> None:
 def test_pin_outside_the_shard_count_names_the_pattern(shard: int) -> None:
     with pytest.raises(ShardError, match=r"'\*vit\*'.*1\.\.4"):
         assign(["t.py::vit"], 4, pins={"*vit*": shard})
+
+
+def test_each_shard_s_estimate_includes_its_start_whatever_its_cases() -> None:
+    durations = {"t.py::a": 4.0, "t.py::b": 2.0, "t.py::c": 2.0}
+    assert table(durations, 3, durations, start=SHARD_START) == \
+        [(1, 1, 4.0 + SHARD_START), (2, 1, 2.0 + SHARD_START), (3, 1, 2.0 + SHARD_START)]
+    assert table([], 2, start=1.5) == [(1, 0, 1.5), (2, 0, 1.5)]  # a shard of none still starts
+    assert SHARD_START > 0
