@@ -21,16 +21,17 @@ BASE = "reference: v1\nsubject:\n  packages: [zoo]\n"
 
 
 def refused(tmp_path: Path, text: str | bytes) -> ConfigError:
-    """The ConfigError that loading `text` as config.yaml raises, within two seconds."""
+    """The ConfigError that loading `text` as config.yaml raises, within two seconds of this
+    process's CPU time (wall time would count what other processes on the machine do)."""
     path = tmp_path / "config.yaml"
     if isinstance(text, bytes):
         path.write_bytes(text)
     else:
         path.write_text(text, encoding="utf-8")
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(ConfigError) as info:
         load_settings(path)
-    assert time.monotonic() - started < 2, "refusing a bad config must not take long"
+    assert time.process_time() - started < 2, "refusing a bad config must not take long"
     return info.value
 
 
