@@ -109,10 +109,15 @@ class Repo:
                                   timeout=600)
         return WARM.invoke(self.path, args, environment)
 
-    def pytest(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                              cwd=self.path, env=self.env(), text=True, capture_output=True,
-                              check=False, timeout=600)
+    def pytest(self, *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+        """`python -m pytest ARGS` here: a fork of the warm Python, as `invoke` runs are,
+        unless told to start a `process`."""
+        arguments = ["-p", "no:cacheprovider", *args]
+        if process:
+            return subprocess.run([sys.executable, "-m", "pytest", *arguments], cwd=self.path,
+                                  env=self.env(), text=True, capture_output=True, check=False,
+                                  timeout=600)
+        return WARM.pytest(self.path, arguments, self.env())
 
     def snapshot(self) -> dict[str, object]:
         """HEAD, index, stash, status and every file's bytes, outside .git."""

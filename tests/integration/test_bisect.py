@@ -58,7 +58,8 @@ def test_bisect_names_the_commit_that_changed_the_outputs_and_skips_a_broken_one
 
 
 @pytest.mark.slow
-def test_bisect_without_a_difference_and_with_bad_input(subject_repo: Repo) -> None:
+def test_bisect_without_a_difference_and_with_bad_input(recorded_subject_repo: Repo) -> None:
+    subject_repo = recorded_subject_repo  # `invoke gen` recorded v1, good below
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="1.0") + "# harmless\n")
     subject_repo.commit("harmless")
     same = subject_repo.invoke("bisect", "--good", "v1", "--bad", "HEAD")

@@ -146,8 +146,9 @@ def test_thread_count_changed_by_a_conftest_is_an_error_in_both_modes(subject_re
 
 
 @pytest.mark.slow
-def test_subject_from_elsewhere_fails_the_run_also_with_workers(subject_repo: Repo,
+def test_subject_from_elsewhere_fails_the_run_also_with_workers(recorded_subject_repo: Repo,
                                                                 tmp_path: Path) -> None:
+    subject_repo = recorded_subject_repo  # `invoke gen` recorded v1
     copy = tmp_path / "copy"
     shutil.copytree(subject_repo.path / "subj", copy / "subj")
     subject_repo.write("tests/conftest.py", f"import sys\n\nsys.path.insert(0, {str(copy)!r})\n")

@@ -38,7 +38,9 @@ def test_uncommitted_change_of_behaviour_is_detected(recorded_subject_repo: Repo
 
 
 @pytest.mark.slow
-def test_reference_from_head_tilde_sees_the_change_as_committed(subject_repo: Repo) -> None:
+def test_reference_from_head_tilde_sees_the_change_as_committed(
+        recorded_subject_repo: Repo) -> None:
+    subject_repo = recorded_subject_repo  # `invoke gen` recorded v1, HEAD~2 below
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
     subject_repo.commit("double")
     assert subject_repo.invoke("test", "--reference", "HEAD~2").returncode == 1

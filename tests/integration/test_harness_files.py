@@ -5,6 +5,7 @@ check or first."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from helpers import CONFIG, SUBJECT, TASKS, Repo, init_repo, output
 
 TESTS = """\
 import json
+import shutil
 from pathlib import Path
 
 import subj
@@ -33,6 +35,7 @@ def test_by_fixture(regression, data_scale):
 
 CONFTEST = """\
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -79,11 +82,27 @@ def test_data_halved_and_subject_doubled_fails_cold(tmp_path: Path, beside: bool
     assert (repo.path / "tests" / "data" / "in.json").read_text() == '{"scale": 0.5}\n'
 
 
-@pytest.mark.slow
-def test_data_halved_and_subject_doubled_fails_warm(tmp_path: Path) -> None:
-    repo = _repo(tmp_path / "repo", tmp_path / "cache")
+@pytest.fixture(scope="module")
+def recorded_data(tmp_path_factory: pytest.TempPathFactory) -> Repo:
+    """`_repo` whose reference `invoke gen` recorded, once per module: copy it to change it."""
+    root = tmp_path_factory.mktemp("recorded-data")
+    repo = _repo(root / "repo", root / "cache")
     first = repo.invoke("gen")
     assert first.returncode == 0, output(first)
+    return repo
+
+
+@pytest.fixture
+def warm_data(recorded_data: Repo, tmp_path: Path) -> Repo:
+    """A copy of `recorded_data`, repository and cache, for a test to change at will."""
+    shutil.copytree(recorded_data.path, tmp_path / "repo", symlinks=True)
+    shutil.copytree(recorded_data.cache, tmp_path / "cache", symlinks=True)
+    return Repo(tmp_path / "repo", tmp_path / "cache")
+
+
+@pytest.mark.slow
+def test_data_halved_and_subject_doubled_fails_warm(warm_data: Repo) -> None:
+    repo = warm_data  # `invoke gen` recorded v1
     _halve_data_double_subject(repo)
     done = repo.invoke("test")
     assert done.returncode == 1, output(done)
@@ -93,10 +112,8 @@ def test_data_halved_and_subject_doubled_fails_warm(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_data_edited_alone_is_no_change_of_the_subject(tmp_path: Path) -> None:
-    repo = _repo(tmp_path / "repo", tmp_path / "cache")
-    first = repo.invoke("gen")
-    assert first.returncode == 0, output(first)
+def test_data_edited_alone_is_no_change_of_the_subject(warm_data: Repo) -> None:
+    repo = warm_data  # `invoke gen` recorded v1
     repo.write("tests/data/in.json", '{"scale": 0.5}\n')
     done = repo.invoke("test")
     assert done.returncode == 0, output(done)

@@ -73,7 +73,8 @@ def test_pinned_cases_go_to_their_shard(subject_repo: Repo) -> None:
 
 
 @pytest.mark.slow
-def test_compare_two_revisions_in_worktrees(subject_repo: Repo) -> None:
+def test_compare_two_revisions_in_worktrees(recorded_subject_repo: Repo) -> None:
+    subject_repo = recorded_subject_repo  # `invoke gen` recorded v1, the reference below
     subject_repo.write("subj/__init__.py", SUBJECT.format(scale="2.0"))
     # tasks.py imports the subject from the working tree: the candidate's must still win
     subject_repo.write("tasks.py", "import subj  # noqa: F401\nfrom regression.tasks import ns\n")
@@ -97,7 +98,8 @@ def test_compare_needs_a_known_candidate(subject_repo: Repo) -> None:
 
 @pytest.mark.slow
 def test_compare_a_candidate_without_config_or_tests_uses_the_working_tree_s(
-        subject_repo: Repo) -> None:
+        recorded_subject_repo: Repo) -> None:
+    subject_repo = recorded_subject_repo  # `invoke gen` recorded v1, the reference below
     # an upstream tag from before adoption: no config.yaml, no tests, another subject
     subject_repo.git("checkout", "-q", "-b", "upstream", "v1")
     subject_repo.git("rm", "-q", "-r", "config.yaml", "tests", "tasks.py")

@@ -193,7 +193,7 @@ def pytest_collection_modifyitems(config, items):
 def test_the_relay_brings_each_line_once_and_is_no_warning(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(RELAYING)
     pytester.makepyfile(test_plain="def test_one():\n    pass\n\ndef test_two():\n    pass\n")
-    done = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    done = pytester.runpytest_inprocess("-n", "2", "-p", "no:cacheprovider")
     text = done.stdout.str() + done.stderr.str()
     assert done.ret == 0, text
     assert text.count("warning: the same from every worker") == 1, text
@@ -210,7 +210,7 @@ def test_plain_pytest_with_workers_refuses_with_a_usage_error_once(
         def test_case(regression):
             regression.check(1)
         """))
-    done = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    done = pytester.runpytest_inprocess("-n", "2", "-p", "no:cacheprovider")
     text = done.stdout.str() + done.stderr.str()
     assert done.ret == pytest.ExitCode.USAGE_ERROR, text
     assert text.count("ERROR: torch-regression: ") == 1, text

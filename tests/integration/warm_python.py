@@ -1,4 +1,5 @@
-"""`python -m invoke ARGS`, each run in a fork of one Python that has already imported torch.
+"""`python -m invoke ARGS` (or `python -m pytest ARGS`), each run in a fork of one Python that
+has already imported torch.
 
 A warm `invoke test` is one process that imports torch (2-3 s of CPU here) and then does a
 fraction of a second of work; the suite runs about a hundred of them. Each run here is a
@@ -53,8 +54,10 @@ for line in sys.stdin:
             os.environ.update(request["env"])
             sys.path[0] = request["cwd"]
             sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
-            sys.argv = ["invoke", *request["args"]]
+            sys.argv = [request.get("program", "invoke"), *request["args"]]
             try:
+                if sys.argv[0] == "pytest":  # as `python -m pytest ARGS`
+                    raise SystemExit(pytest.console_main())
                 program.run(sys.argv)
                 code = 0
             except SystemExit as exc:
@@ -89,24 +92,35 @@ class WarmPython:
     def invoke(self, cwd: Path, args: Sequence[str],
                env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
         """`python -m invoke ARGS` in `cwd` with exactly `env`, as a finished process."""
+        return self.run("invoke", cwd, args, env)
+
+    def pytest(self, cwd: Path, args: Sequence[str],
+               env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+        """`python -m pytest ARGS` in `cwd` with exactly `env`, as a finished process."""
+        return self.run("pytest", cwd, args, env)
+
+    def run(self, program: str, cwd: Path, args: Sequence[str],
+            env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+        """`python -m PROGRAM ARGS` (invoke or pytest) in `cwd` with exactly `env`."""
         server = self._started()
         assert server.stdin is not None and server.stdout is not None
         with tempfile.TemporaryDirectory(prefix="warm-python-") as folder:
             out, err = Path(folder) / "out", Path(folder) / "err"
             out.touch()
             err.touch()
-            server.stdin.write(json.dumps({"cwd": str(cwd), "args": list(args), "env": dict(env),
+            server.stdin.write(json.dumps({"program": program, "cwd": str(cwd),
+                                           "args": list(args), "env": dict(env),
                                            "out": str(out), "err": str(err)}) + "\n")
             server.stdin.flush()
             if not select.select([server.stdout], [], [], TIMEOUT)[0]:
                 self.stop()  # the run and its server: the next run starts a fresh one
-                raise TimeoutError(f"invoke {' '.join(args)} ran over {TIMEOUT} s in {cwd}")
+                raise TimeoutError(f"{program} {' '.join(args)} ran over {TIMEOUT} s in {cwd}")
             reply = server.stdout.readline()
             if not reply:
                 self.server = None
                 raise RuntimeError(f"the warm Python ended (exit {server.wait()})")
             code = int(json.loads(reply)["code"])
-            return subprocess.CompletedProcess(["invoke", *args], code,
+            return subprocess.CompletedProcess([program, *args], code,
                                                out.read_text(errors="replace"),
                                                err.read_text(errors="replace"))
 
