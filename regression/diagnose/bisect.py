@@ -11,15 +11,262 @@ nondeterministic: set aside, never blamed on a commit.
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-from regression.diagnose.bisect_outputs import OutputsAtCommits, changed_cases
-from regression.diagnose.bisect_search import Search
-from regression.diagnose.bisection import Bisection, Change, Echo, count
 from regression.errors import RegressionError
 from regression.repository.gitcmd import git_process, run_git, short
-from regression.run.types import Reference, Suite
+from regression.run.generation import find_nondeterministic, generate
+from regression.run.types import Reference, Suite, at_commit
+from regression.store.cache import Entry
+from regression.store.inventory import BISECT
+from regression.store.record import ABSENT, NONDETERMINISTIC
+
+if TYPE_CHECKING:
+    from regression.compare.outputs import Difference
+
+Echo = Callable[[str], None]
+Outputs = dict[str, object]
+Differences = list[tuple[str, list["Difference"]]]
+
+
+@dataclass
+class Change:
+    """Cases whose outputs changed at `sha`, or, when `hidden` commits before it were
+    skipped for them, at one of those or `sha`; the outputs were as before at `after`."""
+
+    sha: str
+    after: str
+    cases: dict[str, Differences] = field(default_factory=dict)
+    hidden: tuple[str, ...] = ()
+
+
+@dataclass
+class Bisection:
+    """What a bisect or scan found, and what it cost."""
+
+    good: str
+    bad: str
+    commits: list[str]
+    """The commits tried, oldest first: those after good that touch the subject, and bad."""
+    cases: list[str]
+    """The cases judged: those given, or those whose outputs differ between good and bad."""
+    subject: str = "."
+    """What the commits touch, as shown: the subject packages' paths."""
+    changes: list[Change] = field(default_factory=list)
+    """Bisect: each case's first commit whose outputs differ from good's, cases that agree
+    together. Scan: each commit whose outputs differ from those judged before it."""
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+    """For each skipped commit, the cases it is skipped for, each with why."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Commits skipped for every case (the subject fails to import there), with why."""
+    nondeterministic: dict[str, str] = field(default_factory=dict)
+    """Cases set aside because they differ from themselves, each with how."""
+    recorded_at: set[str] = field(default_factory=set)
+    """Commits at which something had to be recorded (the rest came from the cache)."""
+
+    @property
+    def recorded(self) -> int:
+        return len(self.recorded_at)
+
+
+
+def count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def suite_at(suite: Suite, sha: str, cases: list[str]) -> Suite:
+    """The suite recorded at `sha`, narrowed to `cases`."""
+    reference = at_commit(suite.reference, sha)
+    entry = Entry(suite.entry.directory.parent,
+                  {**suite.entry.parts, "subject code": reference.code}, made_by=BISECT,
+                  reference=sha)
+    return replace(suite, reference=reference, entry=entry,
+                   cases={c: suite.cases[c] for c in cases})
+
+
+class OutputsAtCommits:
+    """Records commits on demand, each case once at each; notes for which cases a commit is
+    skipped and why, and the cases stored as nondeterministic."""
+
+    def __init__(self, suite: Suite, echo: Echo, result: Bisection) -> None:
+        self.suite, self.echo, self.result = suite, echo, result
+        self.failed = result.failed
+
+    def outputs(self, sha: str, cases: list[str]) -> dict[str, Outputs]:
+        """The outputs at `sha` of each of `cases` that can be judged there; the others are
+        skipped at `sha` (all when the commit cannot be recorded) or nondeterministic."""
+        wanted = [c for c in cases if c not in self.result.skipped.get(sha, {})
+                  and c not in self.result.nondeterministic]
+        if not wanted:
+            return {}
+        if sha not in self.failed:
+            at = suite_at(self.suite, sha, wanted)
+            try:
+                generation = generate(at, echo=lambda line: self.echo(f"  {line}"))
+                if generation.recorded or generation.absent:
+                    self.result.recorded_at.add(sha)
+                return self._loaded(at.entry, sha, wanted)
+            except RegressionError as exc:
+                self.failed[sha] = in_one_line(str(exc))
+        for case in wanted:
+            self._skip(sha, case, self.failed[sha])
+        return {}
+
+    def _loaded(self, entry: Entry, sha: str, cases: list[str]) -> dict[str, Outputs]:
+        """The stored outputs of `cases` at `sha`; those absent there are skipped for."""
+        found: dict[str, Outputs] = {}
+        for case in cases:
+            record = entry.load_case(case)
+            if record is None or record.status == ABSENT:
+                self._skip(sha, case, record.reason if record else "not recorded")
+            elif record.status == NONDETERMINISTIC:
+                self.result.nondeterministic[case] = f"at {short(sha)}: {record.reason}"
+            else:
+                found[case] = {o.name: o.value for o in record.outputs}
+        return found
+
+    def _skip(self, sha: str, case: str, why: str) -> None:
+        self.result.skipped.setdefault(sha, {})[case] = why
+
+    def required(self, name: str, sha: str, cases: list[str]) -> dict[str, Outputs]:
+        """The outputs at good or bad, which must be recorded for some case at least."""
+        found = self.outputs(sha, cases)
+        skipped = self.result.skipped.get(sha, {})
+        if sha in self.failed or (cases and all(c in skipped for c in cases)):
+            why = self.failed.get(sha) or "; ".join(sorted(set(skipped.values())))
+            raise RegressionError(f"the {name} commit {short(sha)} cannot be recorded "
+                                  f"({why}); choose another")
+        return found
+
+    def reproduce(self, sha: str, cases: list[str]) -> None:
+        """Record `cases` again at `sha` in a new process: those whose outputs differ from
+        the first recording's are set aside as nondeterministic."""
+        cases = [c for c in cases if c not in self.result.nondeterministic]
+        if cases:
+            found = find_nondeterministic(suite_at(self.suite, sha, cases), self.echo)
+            self.result.nondeterministic.update(
+                {case: f"at {short(sha)}: {how}" for case, how in found.items()})
+
+    def progress(self, sha: str, cases: list[str]) -> None:
+        """Say, briefly, for how many of `cases` the commit was skipped (why comes at the
+        end, once)."""
+        skipped = [c for c in cases if c in self.result.skipped.get(sha, {})]
+        if skipped:
+            whom = "every case" if sha in self.failed else count(len(skipped), "case")
+            self.echo(f"  skipped for {whom} (why is listed at the end)")
+
+
+def in_one_line(message: str) -> str:
+    """An error in one line: its first, and when that ends in a colon, the last line of what
+    follows that is not the fix (the exception itself)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    first = lines[0]
+    detail = [line for line in lines[1:] if not line.startswith("Fix")]
+    return f"{first} {detail[-1]}" if first.endswith(":") and detail else first
+
+
+def changed_cases(before: dict[str, Outputs], after: dict[str, Outputs]
+                 ) -> dict[str, Differences]:
+    """The cases of both whose outputs differ, each with every differing output's
+    differences."""
+    from regression.compare.outputs import compare_outputs
+
+    found = {case: compare_outputs(outputs, after[case]) for case, outputs in before.items()
+             if case in after}
+    return {case: changed for case, changed in found.items() if changed}
+
+
+class Search:
+    """Binary searches of the commits, one per set of cases that agree so far: each case
+    has its own bounds, and a commit tried is recorded for every case it lies between the
+    bounds of, so cases that part ways go on from the commits already recorded."""
+
+    def __init__(self, result: Bisection, at_good: dict[str, Outputs],
+                 at_bad: dict[str, Differences]) -> None:
+        self.result, self.at_good, self.commits = result, at_good, result.commits
+        self.low = {c: -1 for c in at_good}  # good's outputs at low (-1: good itself)
+        self.high = {c: len(self.commits) - 1 for c in at_good}  # differing from good's
+        self.differences = dict(at_bad)
+
+    def _key(self, case: str) -> tuple[int, int, frozenset[int]]:
+        """A case's bounds and the commits between them skipped for it: cases with the same
+        key follow one search."""
+        low, high = self.low[case], self.high[case]
+        skipped = frozenset(i for i in range(low + 1, high)
+                            if case in self.result.skipped.get(self.commits[i], {}))
+        return low, high, skipped
+
+    def groups(self) -> dict[tuple[int, int, frozenset[int]], list[str]]:
+        """The cases still searched for, by key."""
+        found: dict[tuple[int, int, frozenset[int]], list[str]] = {}
+        for case in self.low:
+            if case not in self.result.nondeterministic:
+                found.setdefault(self._key(case), []).append(case)
+        return found
+
+    def run(self, at_commits: OutputsAtCommits, echo: Echo) -> None:
+        """Try commits until every case's first differing commit is found, or hidden only
+        by commits skipped for it."""
+        step = 0
+        while True:
+            open_ = {k: v for k, v in self.groups().items() if untried(*k) is not None}
+            if not open_:
+                return
+            key = max(open_, key=lambda k: (k[1] - k[0], len(open_[k]), -k[0]))
+            middle = untried(*key)
+            assert middle is not None
+            step += 1
+            about = step + steps_left(list(open_)) - 1
+            echo(f"step {step} of about {about}: trying {short(self.commits[middle])} ...")
+            self._try(middle, at_commits)
+
+    def _try(self, index: int, at_commits: OutputsAtCommits) -> None:
+        """Record the commit at `index` for every case whose bounds it lies between."""
+        sha = self.commits[index]
+        wanted = [c for c in self.low if self.low[c] < index < self.high[c]
+                  and c not in self.result.nondeterministic]
+        found = at_commits.outputs(sha, wanted)
+        at_commits.progress(sha, wanted)
+        changed = changed_cases({c: self.at_good[c] for c in found}, found)
+        for case in found:
+            if case in changed:
+                self.high[case], self.differences[case] = index, changed[case]
+            else:
+                self.low[case] = index
+
+    def changes(self) -> list[Change]:
+        """Each set of cases with the same first commit (or the same skipped range)."""
+        found = []
+        for (low, high, _), cases in sorted(self.groups().items(),
+                                            key=lambda item: (item[0][1], item[0][0])):
+            after = self.result.good if low < 0 else self.commits[low]
+            found.append(Change(self.commits[high], after,
+                                {c: self.differences[c] for c in sorted(cases)},
+                                tuple(self.commits[low + 1:high])))
+        return found
+
+
+def untried(low: int, high: int, skipped: frozenset[int]) -> int | None:
+    """The commit nearest the middle of (low, high) that is not skipped; None if all are."""
+    middle = (low + high) // 2
+    order = sorted(range(low + 1, high), key=lambda i: (abs(i - middle), i))
+    return next((i for i in order if i not in skipped), None)
+
+
+def steps_left(keys: list[tuple[int, int, frozenset[int]]]) -> int:
+    """About how many commits the searches still try: a binary search's steps in each
+    group, summed over the stretches of commits that no two groups share."""
+    total, stretch_end, most = 0, -2, 0
+    for low, high, skipped in sorted(keys):
+        steps = math.ceil(math.log2(high - low - len(skipped)))
+        if low >= stretch_end - 1:  # no untried commit in common with the stretch before
+            total, most = total + most, 0
+        stretch_end, most = max(stretch_end, high), max(most, steps)
+    return total + most
 
 
 def subject_pathspecs(reference: Reference) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from regression.diagnose.bisection import Bisection, Change, count
+from regression.diagnose.bisect import Bisection, Change, count
 from regression.repository.gitcmd import short
 
 

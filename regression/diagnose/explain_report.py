@@ -6,11 +6,11 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from regression.diagnose.call_verdicts import DIFF, LAYOUT, UNKNOWN
+from regression.diagnose.explain import DIFF, LAYOUT, UNKNOWN
 from regression.diagnose.explain import Explanation
 
 if TYPE_CHECKING:
-    from regression.diagnose.trace_file import Call
+    from regression.diagnose.trace import Call
 
 SHOWN_GROUPS = 8
 """Modules named in the summary of the other parameters and buffers that differ."""

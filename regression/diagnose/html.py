@@ -12,11 +12,11 @@ import math
 from html import escape
 from typing import TYPE_CHECKING
 
-from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN
+from regression.diagnose.explain import DIFF, LAYOUT, NEW, SAME, UNKNOWN
 from regression.diagnose.explain import CallRow, Explanation
 
 if TYPE_CHECKING:
-    from regression.diagnose.trace_file import Call
+    from regression.diagnose.trace import Call
 
 POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 """Nothing from outside: no network, no script, no font but the reader's own."""

@@ -11,7 +11,7 @@ from regression.run.api import collect, matching_cases
 from regression.run.generation import trace_case
 from regression.run.types import Reference
 from regression.selection import unknown_case
-from regression.diagnose.trace_file import Trace, read_trace
+from regression.diagnose.trace import Trace, read_trace
 
 if TYPE_CHECKING:
     from regression.diagnose.explain import Explanation

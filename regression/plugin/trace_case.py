@@ -38,7 +38,7 @@ class CaseTracer:
                 self.problem = tracer.problem
 
     def case_done(self, nodeid: str, outputs: tuple[Output, ...]) -> None:
-        from regression.diagnose.trace_file import write_outputs
+        from regression.diagnose.trace import write_outputs
 
         run = self.run
         if self.problem or self.traced or nodeid not in run.ran \

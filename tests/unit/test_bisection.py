@@ -10,12 +10,12 @@ from pathlib import Path
 import torch
 
 from regression.config.settings import Settings
-from regression.diagnose.bisect_outputs import OutputsAtCommits, changed_cases, suite_at
+from regression.diagnose.bisect import OutputsAtCommits, changed_cases, suite_at
 from regression.repository.gitcmd import Repository
 from regression.run.types import Reference, Suite, subject_code
 from regression.store.cache import Entry
-from regression.diagnose.bisect_search import Search, steps_left
-from regression.diagnose.bisection import Bisection
+from regression.diagnose.bisect import Search, steps_left
+from regression.diagnose.bisect import Bisection
 
 FAILS = None  # the case fails at that commit
 UNREPRODUCED = float("nan")  # stored as nondeterministic at that commit
@@ -107,7 +107,7 @@ def teststeps_left_counts_a_stretch_two_searches_share_once() -> None:
 
 def test_cases_that_fail_at_good_are_said_unjudgeable_not_skipped_at_good() -> None:
     from regression.diagnose.bisect_report import bisection_lines, scan_lines
-    from regression.diagnose.bisection import Bisection
+    from regression.diagnose.bisect import Bisection
 
     good, bad = "1616288e30a0" + "0" * 28, "b" * 40
     result = Bisection(good, bad, [bad], ["t.py::a"], skipped={

@@ -11,7 +11,7 @@ from regression.diagnose.explain import call_rows, explain
 from regression.diagnose.explain_report import explanation_lines
 from regression.diagnose.html import page
 from regression.diagnose.trace import Tracer
-from regression.diagnose.trace_file import Trace, read_trace, write_outputs
+from regression.diagnose.trace import Trace, read_trace, write_outputs
 
 
 class Mix(nn.Module):

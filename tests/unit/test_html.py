@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 from regression.compare.outputs import Difference
-from regression.diagnose.call_verdicts import DIFF, LAYOUT, NEW, SAME, UNKNOWN
+from regression.diagnose.explain import DIFF, LAYOUT, NEW, SAME, UNKNOWN
 from regression.diagnose.explain import CallRow, Explanation, call_rows, explain
 from regression.diagnose.explain_report import explanation_lines
 from regression.diagnose.html import FLOOR, page
 from regression.diagnose.trace import Tracer
-from regression.diagnose.trace_file import Call, Trace, read_trace, write_outputs
+from regression.diagnose.trace import Call, Trace, read_trace, write_outputs
 from regression.diagnose.tracing import write_page
 from regression.errors import RegressionError
 from regression.compare.tensordiff import scan

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from regression.diagnose.trace import Tracer
-from regression.diagnose.trace_file import read_trace, write_outputs
+from regression.diagnose.trace import read_trace, write_outputs
 
 
 class Scale(nn.Module):
