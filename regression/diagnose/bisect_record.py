@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from regression.diagnose.bisection import Bisection, Differences, Echo, Outputs, count
 from regression.errors import RegressionError
-from regression.run.generation import find_nondeterministic, generate
+from regression.references.recorder import find_nondeterministic, generate
 from regression.run.types import Suite, at_commit
 from regression.store.cache import Entry
 from regression.store.record import ABSENT, NONDETERMINISTIC

@@ -1,4 +1,5 @@
-"""pytest glue: options, the `regression` fixture, and the one mode plugin of this run.
+"""pytest glue: options, and the `regression` fixture served by the one mode plugin of
+this run (registered by run/entry.py, pytest's entry point, which loads this module).
 
 Inert for tests that do not use the fixture: nothing heavy is loaded until one does.
 """
@@ -6,9 +7,6 @@ Inert for tests that do not use the fixture: nothing heavy is loaded until one d
 from __future__ import annotations
 
 import pytest
-
-from regression.errors import RegressionError
-from regression.run.job import CheckJob, RecordJob, current_job
 
 MODE_PLUGIN = "torch-regression-mode"
 """The plugin of this run that serves the `regression` fixture (each mode registers it)."""
@@ -24,28 +22,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="never record: a case without a valid reference fails with the reason")
     group.addoption("--regression-durations", default=None, metavar="FILE",
                     help="merge the seconds each regression case took into this JSON file")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Register this run's plugins, one per concern, as its mode needs them, before any
-    conftest can import the subject."""
-    try:
-        job = current_job()
-    except RegressionError as exc:
-        raise pytest.UsageError(f"torch-regression: {exc}") from None
-    if job is None or isinstance(job, CheckJob):
-        from regression.plugin import check
-
-        check.register(early_config, job)
-    elif isinstance(job, RecordJob):
-        from regression.plugin import recording
-
-        recording.register(early_config, job)
-    else:
-        from regression.plugin import collect
-
-        collect.register(early_config, job)
 
 
 @pytest.fixture

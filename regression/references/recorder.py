@@ -1,6 +1,7 @@
 """Recording: plan which cases lack a valid reference, and record them in a new process at
 the reference (in a worktree), under the cache entry's lock. The check run of `test` and
-`gen` calls it for what is missing; `bisect` and `explain` call it directly.
+`gen` calls it for what is missing (references/needed.py); `bisect` and `explain` call it
+directly. Every record job is built here (`record_job`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import subprocess
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from regression.errors import CacheError, CacheWriteError, ReadOnlyError, RegressionError, \
     StoreError, SubjectImportError
@@ -245,10 +246,8 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
     """Record `todo` in a new process, the subject from `worktree` (of the reference)."""
     reference = suite.reference
     try:
-        job = RecordJob(reference, subject_root=str(worktree / reference.settings.subject_path),
-                        parts=suite.entry.parts, cases=todo, workers=suite.workers,
-                        verify=verify, full_values=full_values,
-                        workdir=str(project_in(reference, worktree)))
+        job = record_job(reference, worktree, parts=suite.entry.parts, cases=todo,
+                         workers=suite.workers, verify=verify, full_values=full_values)
         return _recording(reference, job, echo)
     except KeyboardInterrupt:
         kept = still_valid(suite.entry, todo)
@@ -297,9 +296,8 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
     with ExitStack() as stack:
         root = settings.root if working_tree else stack.enter_context(
             reference_worktree(reference.repo, reference.sha))
-        job = RecordJob(reference, subject_root=str(root / settings.subject_path),
-                        cases={nodeid: ""}, trace=str(folder),
-                        workdir="" if working_tree else str(project_in(reference, root)))
+        job = record_job(reference, root, working_tree=working_tree, cases={nodeid: ""},
+                         trace=str(folder))
         result = _recording(reference, job, echo, working_tree)
     where = "in the working tree" if working_tree else f"at {reference.label}"
     fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
@@ -307,6 +305,16 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
     absent = result.absent
     if absent:
         raise RegressionError(f"{nodeid} cannot be traced {where}: {absent[nodeid]}{fix}")
+
+
+def record_job(reference: Reference, root: Path, working_tree: bool = False,
+               **fields: Any) -> RecordJob:
+    """The one place a record job is built: the subject imported from `root` (a worktree
+    of the reference, or with `working_tree` the working tree's own), run in the project's
+    folder there; `fields` are the job's others (cases, parts, pipes...)."""
+    return RecordJob(reference, subject_root=str(root / reference.settings.subject_path),
+                     workdir="" if working_tree else str(project_in(reference, root)),
+                     **fields)
 
 
 def project_in(reference: Reference, worktree: Path) -> Path:
