@@ -38,7 +38,7 @@ def register_check(config: pytest.Config, job: CheckJob | None) -> None:
     judge serves the fixture."""
     from regression.plugin import MODE_PLUGIN
     from regression.plugin.check import Check
-    from regression.plugin.finish import Finish
+    from regression.plugin.end_of_run import EndOfRun
     from regression.plugin.held_reports import HeldReports
     from regression.plugin.judge import Judge
     from regression.plugin.state import CheckState
@@ -50,6 +50,6 @@ def register_check(config: pytest.Config, job: CheckJob | None) -> None:
     config.pluginmanager.register(check, "torch-regression-check")
     config.pluginmanager.register(HeldReports(state), "torch-regression-held-reports")
     config.pluginmanager.register(Judge(state), MODE_PLUGIN)
-    config.pluginmanager.register(Finish(state), "torch-regression-finish")
+    config.pluginmanager.register(EndOfRun(state), "torch-regression-end-of-run")
     config.pluginmanager.register(Summary(config, state.ledger), "torch-regression-summary")
     check.start()

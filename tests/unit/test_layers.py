@@ -74,7 +74,7 @@ def test_the_reach_finder_follows_indirect_imports() -> None:
 
 
 CHECK_PLUGINS = ("regression.plugin.check", "regression.plugin.held_reports",
-                 "regression.plugin.judge", "regression.plugin.finish",
+                 "regression.plugin.judge", "regression.plugin.end_of_run",
                  "regression.plugin.summary")
 """Check mode's plugins: each is handed the run's one state (plugin/state.py)."""
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 WORKER_KEY = "torch_regression"
 
 
-class Finish:
+class EndOfRun:
     """A pytest plugin: follows the run's cases to their end, and judges the run."""
 
     def __init__(self, state: CheckState) -> None:
