@@ -108,7 +108,7 @@ class Check:
             return
         if self.state.gen_only:
             self.state.relay.echo(f"error collecting {report.nodeid or 'the tests'}:\n"
-                            f"{report.longreprtext.rstrip()}")
+                                  f"{report.longreprtext.rstrip()}")
         settings = self.state.settings_if_any()
         hint = subject_not_importable(report.longreprtext,
                                       settings.subject_packages if settings else (),
