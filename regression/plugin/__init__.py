@@ -10,6 +10,8 @@ import pytest
 
 MODE_PLUGIN = "torch-regression-mode"
 """The plugin of this run that serves the `regression` fixture (each mode registers it)."""
+ENTRY = "regression.run.entry"
+"""pytest's entry point (pyproject's pytest11), which registers the mode plugins."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -27,7 +29,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def regression(request: pytest.FixtureRequest) -> object:
     """Inputs from the case's own generator, and check() against the reference revision."""
-    mode = request.config.pluginmanager.get_plugin(MODE_PLUGIN)
+    manager = request.config.pluginmanager
+    mode = manager.get_plugin(MODE_PLUGIN)
+    if mode is None and getattr(manager.get_plugin("regression"), "__name__", "") != ENTRY:
+        pytest.fail(f"the regression fixture is not available in this run: pytest loaded "
+                    f"torch-regression without its entry point {ENTRY}, which registers it "
+                    "(installed metadata older than the code?); run `pip install -e .` (or "
+                    "install torch-regression) again", pytrace=False)
     if mode is None:
         pytest.fail("the regression fixture is not available in this run", pytrace=False)
     return mode.fixture(request.node)

@@ -26,6 +26,11 @@ def _job(tmp_path: Path) -> CheckJob:
     return CheckJob(reference, str(tmp_path / "result.json"))
 
 
+def _bare_config(pytester: pytest.Pytester) -> pytest.Config:
+    """A pytest configuration whose own check run registered nothing of ours."""
+    return pytester.parseconfig("-p", "no:regression")
+
+
 class _Recorder:
     """Records nothing: this state's tests never ready references."""
 
@@ -37,7 +42,7 @@ def test_the_settings_are_the_jobs_and_the_process_is_readied_once(
     monkeypatch.setattr(determinism, "apply",
                         lambda settings: calls.append(f"seed {settings.seed}"))
     job = _job(tmp_path)
-    state = CheckState(pytester.parseconfig(), job, _Recorder())  # type: ignore[arg-type]
+    state = CheckState(_bare_config(pytester), job, _Recorder())  # type: ignore[arg-type]
     assert state.read_settings() is job.settings and state.settings is job.settings
     state.prepare_device()
     state.apply_determinism()
@@ -48,7 +53,17 @@ def test_the_settings_are_the_jobs_and_the_process_is_readied_once(
 
 def test_without_a_config_yaml_there_are_no_settings_for_hints(
         pytester: pytest.Pytester) -> None:
-    state = CheckState(pytester.parseconfig(), None, _Recorder())  # type: ignore[arg-type]
+    state = CheckState(_bare_config(pytester), None, _Recorder())  # type: ignore[arg-type]
     assert state.settings_if_any() is None
     with pytest.raises(RegressionError, match="config.yaml"):
         state.read_settings()
+
+
+def test_the_plugin_loaded_without_its_entry_point_says_to_install_again(
+        pytester: pytest.Pytester) -> None:
+    """As stale installed metadata would load it: the plugin module, but not the entry."""
+    pytester.makepyfile(test_a="def test_a(regression):\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:regression",
+                                          "-p", "regression.plugin")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*without its entry point regression.run.entry*"])
