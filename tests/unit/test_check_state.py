@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from regression import determinism
-from regression.config import Determinism, Settings
+from regression.environment import determinism
+from regression.config.settings import Determinism, Settings
 from regression.errors import RegressionError
-from regression.gitcmd import Repository
+from regression.repository.gitcmd import Repository
 from regression.plugin.state import CheckState
 from regression.run.job import CheckJob
 from regression.run.types import Reference
@@ -22,7 +22,7 @@ def _job(tmp_path: Path) -> CheckJob:
     settings = Settings(path=tmp_path / "config.yaml", reference="v1",
                         subject_packages=("zoo",), determinism=Determinism(seed=7))
     reference = Reference(settings, Repository(str(tmp_path), str(tmp_path / ".git")), "v1",
-                          "a" * 40)
+                          "a" * 40, "c" * 40)
     return CheckJob(reference, str(tmp_path / "result.json"))
 
 

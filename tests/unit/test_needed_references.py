@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.config import Determinism, Settings
-from regression.gitcmd import Repository
+from regression.config.settings import Determinism, Settings
+from regression.repository.gitcmd import Repository
 from regression.references.needed import records_beside
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY, CheckJob
 from regression.run.types import Reference
@@ -21,7 +21,7 @@ def _settings(tmp_path: Path, beside: bool = True, repeat: int = 1) -> Settings:
 
 def _job(settings: Settings, tmp_path: Path, **fields: object) -> CheckJob:
     reference = Reference(settings, Repository(str(tmp_path), str(tmp_path / ".git")), "v1",
-                          "a" * 40)
+                          "a" * 40, "c" * 40)
     return CheckJob(reference, str(tmp_path / "result.json"), **fields)  # type: ignore[arg-type]
 
 
