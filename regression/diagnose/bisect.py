@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 from regression.errors import RegressionError
 from regression.repository.gitcmd import git_process, run_git, short
-from regression.run.generation import find_nondeterministic, generate
+from regression.references.recorder import find_nondeterministic, generate
 from regression.run.types import Reference, Suite, at_commit
 from regression.store.cache import Entry
 from regression.store.inventory import BISECT

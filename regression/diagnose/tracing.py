@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 from regression.errors import CollectionError, RegressionError
 from regression.run.api import collect, matching_cases
-from regression.run.generation import trace_case
+from regression.references.recorder import trace_case
 from regression.run.types import Reference
 from regression.selection import unknown_case
 from regression.diagnose.trace import Trace, read_trace

@@ -1,4 +1,5 @@
-"""pytest glue: options, the `regression` fixture, and the one mode plugin of this run.
+"""pytest glue: options, and the `regression` fixture served by the one mode plugin of
+this run (registered by run/entry.py, pytest's entry point, which loads this module).
 
 Inert for tests that do not use the fixture: nothing heavy is loaded until one does.
 """
@@ -7,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from regression.errors import RegressionError
-from regression.run.job import CheckJob, CollectJob, current_job
-
 MODE_PLUGIN = "torch-regression-mode"
 """The plugin of this run that serves the `regression` fixture (each mode registers it)."""
+ENTRY = "regression.run.entry"
+"""pytest's entry point (pyproject's pytest11), which registers the mode plugins."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -26,32 +26,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="merge the seconds each regression case took into this JSON file")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Register this run's plugins, one per concern, as its mode needs them, before any
-    conftest can import the subject."""
-    try:
-        job = current_job()
-    except RegressionError as exc:
-        raise pytest.UsageError(f"torch-regression: {exc}") from None
-    if job is None or isinstance(job, CheckJob):
-        from regression.plugin import check
-
-        check.register(early_config, job)
-    elif isinstance(job, CollectJob):
-        from regression.plugin import collect
-
-        collect.register(early_config, job)
-    else:
-        from regression.plugin import recording_mode
-
-        recording_mode.register(early_config, job, MODE_PLUGIN)
-
-
 @pytest.fixture
 def regression(request: pytest.FixtureRequest) -> object:
     """Inputs from the case's own generator, and check() against the reference revision."""
-    mode = request.config.pluginmanager.get_plugin(MODE_PLUGIN)
+    manager = request.config.pluginmanager
+    mode = manager.get_plugin(MODE_PLUGIN)
+    if mode is None and getattr(manager.get_plugin("regression"), "__name__", "") != ENTRY:
+        pytest.fail(f"the regression fixture is not available in this run: pytest loaded "
+                    f"torch-regression without its entry point {ENTRY}, which registers it "
+                    "(installed metadata older than the code?); run `pip install -e .` (or "
+                    "install torch-regression) again", pytrace=False)
     if mode is None:
         pytest.fail("the regression fixture is not available in this run", pytrace=False)
     return mode.fixture(request.node)

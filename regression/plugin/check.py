@@ -1,6 +1,7 @@
-"""Check mode: its plugins, and the one that readies the run before the first case (finds
-the reference, narrows the run to its shard, records what is missing, refuses a run that
-cannot be checked)."""
+"""Check mode: the plugin that readies the run before the first case (finds the reference,
+narrows the run to its shard, has what is missing recorded, refuses a run that cannot be
+checked). Check mode's plugins share one `CheckState` (plugin/state.py) and import none of
+each other; run/entry.py registers them."""
 
 from __future__ import annotations
 
@@ -12,166 +13,89 @@ import pytest
 from regression.errors import RegressionError
 from regression.plugin.common import report_reason, uses_fixture
 from regression.plugin.hints import subject_not_importable
-from regression.plugin.alongside import Alongside
-from regression.plugin.ledger import Ledger
-from regression.plugin.relay import LINE, REFUSAL, Relay, attach, in_worker
+from regression.plugin.relay import REFUSAL, in_worker
+from regression.plugin.state import CheckState, ReadyReferences
 from regression.outcomes import ERROR, CaseOutcome
 from regression.report import generation_lines
-from regression.run.job import GEN_ONLY, CheckJob
 from regression.run.types import CheckResult
 
-if TYPE_CHECKING:  # the rest is imported once a run has regression cases: plain runs stay fast
+if TYPE_CHECKING:
     from regression.config.settings import Settings
-    from regression.plugin.prepare import Prepared
-
-
-
-def register(config: pytest.Config, job: CheckJob | None) -> None:
-    """The plugins of a check run, one per concern; the judge serves the fixture."""
-    from regression.plugin import MODE_PLUGIN
-    from regression.plugin.finish import Finish
-    from regression.plugin.judge import Judge
-    from regression.plugin.summary import Summary
-
-    check = Check(config, job, Ledger())
-    judge = Judge(check)
-    config.pluginmanager.register(check, "torch-regression-check")
-    config.pluginmanager.register(check.alongside, "torch-regression-alongside")
-    config.pluginmanager.register(judge, MODE_PLUGIN)
-    config.pluginmanager.register(Finish(check, judge), "torch-regression-finish")
-    config.pluginmanager.register(Summary(config, check.ledger, job.declarations if job else ()),
-                                  "torch-regression-summary")
-    check.start()
 
 
 class Check:
     """A pytest plugin: readies the reference and this run's cases before the first runs."""
 
-    def __init__(self, config: pytest.Config, job: CheckJob | None, ledger: Ledger) -> None:
-        self.config = config
-        self.job = job
-        """Set when invoke started this run: the resolved reference, shard and gen policy."""
-        self.ledger = ledger
-        self.prepared: Prepared | None = None
-        self.loaded_settings: Settings | None = None
+    def __init__(self, state: CheckState) -> None:
+        self.state = state
+        self.config = state.config
+        self.job = state.job
+        self.ledger = state.ledger
         self.deselected: dict[str, pytest.Item] = {}
         self.items: dict[str, pytest.Item] = {}
         """Every item collected, also those a hook later drops without deselecting them."""
         self.collect_skips: dict[str, str] = {}
         """Collectors (files, folders) skipped at collection, with the reason."""
-        self.subject_root = Path(job.subject_root).resolve() if job and job.subject_root \
-            else None
-        self.refusal = ""
-        """Why the run stopped before any case ran (in xdist's controller: a worker's)."""
-        self.relay: Relay = attach(config, self._relayed)
-        self.alongside = Alongside(self)
-        """The recording that may run beside this run's cases."""
-
-    @property
-    def label(self) -> str:
-        return self.prepared.label if self.prepared else ""
-
-    @property
-    def gen_only(self) -> bool:
-        return self.job is not None and self.job.gen == GEN_ONLY
-
-    @property
-    def strict(self) -> bool:
-        return bool(self.config.getoption("regression_strict"))
-
-    @property
-    def settings(self) -> Settings:
-        """config.yaml's settings, once the run is prepared."""
-        assert self.loaded_settings is not None
-        return self.loaded_settings
 
     def start(self) -> None:
         """Before conftests load, in a run started by invoke: the determinism settings that
         record mode applies before importing the subject, and the subject's origin (compare)."""
         if self.job is None:
             return
-        from regression.environment import determinism
         from regression.plugin.importer import install_redirect
-        from regression.plugin.summary import require_step_summary
+        from regression.plugin.step_summary import require_step_summary
 
+        state = self.state
         try:
-            if not self.gen_only:
+            if not state.gen_only:
                 require_step_summary()
-            settings = self._settings()
-            determinism.prepare_process(settings.device)
-            self.alongside.start_early(settings)  # before torch loads here
-            determinism.apply(settings.determinism)
-            if self.subject_root:
-                install_redirect(settings.subject_packages, self.subject_root, strict=True)
+            settings = state.read_settings()
+            state.prepare_device()
+            state.recorder.start_early(self.job, settings, self.config.known_args_namespace)
+            state.apply_determinism()  # torch loads here: after the early recording started
+            if state.subject_root:
+                install_redirect(settings.subject_packages, state.subject_root, strict=True)
         except RegressionError as exc:
-            self.alongside.cancel_early()
+            state.recorder.cancel_early()
             self._refuse(exc)
 
     @pytest.hookimpl(trylast=True)
     def pytest_configure(self, config: pytest.Config) -> None:
         """`invoke gen` runs no test: pytest's own report would only say so; ours remains."""
-        if self.gen_only:
+        if self.state.gen_only:
             reporter = config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 config.pluginmanager.unregister(reporter)
 
     def _settings(self) -> Settings:
-        """config.yaml, read once per run."""
-        if self.loaded_settings is not None:
-            return self.loaded_settings
-        if self.job is not None:  # invoke read it and handed it over in the job
-            self.loaded_settings = self.job.settings
-            return self.loaded_settings
-        from regression.config.settings import load_settings
-        from regression.config.paths import find_config
-
+        """config.yaml's settings; a run without usable ones is refused."""
         try:
-            self.loaded_settings = load_settings(find_config(self.config.rootpath))
-            return self.loaded_settings
+            return self.state.read_settings()
         except RegressionError as exc:
             self._refuse(exc)
-
-    def settings_if_any(self) -> Settings | None:
-        """config.yaml's settings, or None where there is no usable one (plain pytest in a
-        project without it): for hints, never an error."""
-        if self.loaded_settings is None and self.job is None:
-            from regression.config.settings import load_settings
-            from regression.config.paths import find_config
-
-            try:
-                self.loaded_settings = load_settings(find_config(self.config.rootpath))
-            except RegressionError:
-                return None
-        return self.loaded_settings
 
     def _refuse(self, error: RegressionError) -> NoReturn:
         """Stop the run with `error`: data for the invoke task, a usage error for pytest;
         an xdist worker's goes to its controller, which stops the run."""
         if self.job is not None:
             self.job.write_error(error)
-        self.refusal = f"torch-regression: {error}"
+        self.state.refusal = f"torch-regression: {error}"
         if in_worker(self.config):
-            self.relay.send(REFUSAL, self.refusal)
+            self.state.relay.send(REFUSAL, self.state.refusal)
         raise self._refusal_error()
 
     def _refusal_error(self) -> pytest.UsageError:
         """No traceback; where invoke drives the run, the task says why (from the job's
         result), so pytest does not say it a second time."""
-        return pytest.UsageError() if self.job is not None else pytest.UsageError(self.refusal)
-
-    def _relayed(self, kind: str, text: str) -> None:
-        """xdist's controller: a worker's line is shown; its refusal stops the run."""
-        if kind == REFUSAL:
-            self.refusal = self.refusal or text
-        elif kind == LINE:
-            self.relay.echo(text)
+        return pytest.UsageError() if self.job is not None \
+            else pytest.UsageError(self.state.refusal)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         """xdist's controller: once the workers are down, a refusal ends the run as it would
         without xdist (no case ran: the worker that refused collected none)."""
         result = yield
-        if self.refusal and not in_worker(self.config):
+        if self.state.refusal and not in_worker(self.config):
             raise self._refusal_error()
         return result
 
@@ -182,17 +106,17 @@ class Check:
             self.collect_skips[report.nodeid] = report_reason(report)
         if not report.failed:
             return
-        if self.gen_only:
-            self.relay.echo(f"error collecting {report.nodeid or 'the tests'}:\n"
-                            f"{report.longreprtext.rstrip()}")
-        settings = self.settings_if_any()
+        if self.state.gen_only:
+            self.state.relay.echo(f"error collecting {report.nodeid or 'the tests'}:\n"
+                                  f"{report.longreprtext.rstrip()}")
+        settings = self.state.settings_if_any()
         hint = subject_not_importable(report.longreprtext,
                                       settings.subject_packages if settings else (),
                                       settings.root if settings else None)
         if hint and hint not in self.ledger.errors:
             self.ledger.errors.append(hint)
-            if self.gen_only:
-                self.relay.echo(hint)
+            if self.state.gen_only:
+                self.state.relay.echo(hint)
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected.update((i.nodeid, i) for i in items)
@@ -209,7 +133,7 @@ class Check:
         try:
             self._select(config, items)
         except pytest.UsageError:
-            if not in_worker(config) or not self.refusal:
+            if not in_worker(config) or not self.state.refusal:
                 raise
             config.hook.pytest_deselected(items=list(items))
             items[:] = []
@@ -227,17 +151,18 @@ class Check:
             if self.job.selection:  # what the user left out is not missed
                 self.ledger.expected -= set(self.deselected)
         if not any(uses_fixture(i) for i in everything):
-            self.write_result()
+            self.state.write_result()
             return
-        if config.option.collectonly and not self.gen_only:
+        if config.option.collectonly and not self.state.gen_only:
             return
         try:
-            self.prepared = self._prepare_in_turn(everything, {i.nodeid for i in items})
+            references = self._prepare_in_turn(everything, {i.nodeid for i in items})
         except RegressionError as exc:
             self._refuse(exc)
-        self.ledger.label = self.prepared.label
-        keep = [i for i in items if (i.nodeid in self.prepared.chosen if uses_fixture(i)
-                                     else self.prepared.others) and not self.gen_only]
+        self.state.references = references
+        self.ledger.label = references.label
+        keep = [i for i in items if (i.nodeid in references.chosen if uses_fixture(i)
+                                     else references.others) and not self.state.gen_only]
         keeping = set(keep)  # a list would cost time in the square of the items
         left_out = [i for i in items if i not in keeping]
         if left_out:
@@ -246,7 +171,7 @@ class Check:
         if self.job is None:  # plain pytest: the cases it selected must each end judged
             self.ledger.expected = {i.nodeid for i in keep if uses_fixture(i)}
         self._judge_collect_skips()
-        self.write_result()
+        self.state.write_result()
 
     def _refuse_unknown_declarations(self, everything: list[pytest.Item]) -> None:
         """A declaration in regression-changes.yaml that names no case stops the run: its
@@ -271,11 +196,11 @@ class Check:
     def _judge_collect_skips(self) -> None:
         """A file or folder skipped as it was collected (importorskip or skip at module
         level) whose cases the reference recorded: each such case is an error, not absent."""
-        if not self.collect_skips or self.prepared is None or self._user_selected() \
-                or self.gen_only:
+        if not self.collect_skips or self.state.references is None or self._user_selected() \
+                or self.state.gen_only:
             return
         for nodeid, skipped in self._recorded_under(self.collect_skips):
-            message = (f"skipped as {skipped} was collected, but the reference {self.label} "
+            message = (f"skipped as {skipped} was collected, but the reference {self.state.label} "
                        f"recorded this case: {self.collect_skips[skipped]}")
             self.ledger.judge(CaseOutcome(nodeid, ERROR, message))
 
@@ -290,9 +215,10 @@ class Check:
         from regression.store.record import RECORDED
         from regression.store.files import load_verified
 
-        assert self.prepared is not None
+        references = self.state.references
+        assert references is not None
         found = []
-        for path in self.prepared.entry.stored_cases():
+        for path in references.entry.stored_cases():
             try:
                 body = load_verified(path)
             except RegressionError:
@@ -302,7 +228,7 @@ class Check:
                      or not c]
             file = self.config.rootpath / nodeid.split("::")[0]
             if under and body.get("status") == RECORDED and file.is_file() \
-                    and body.get("harness") == self.prepared.harness.of(file):
+                    and body.get("harness") == references.harness.of(file):
                 found.append((nodeid, under[0] or "the rootdir"))
         return sorted(found)
 
@@ -317,7 +243,7 @@ class Check:
         except RegressionError as exc:
             self._refuse(exc)
 
-    def _prepare_in_turn(self, everything: list[pytest.Item], selected: set[str]) -> Prepared:
+    def _prepare_in_turn(self, everything: list[pytest.Item], selected: set[str]) -> ReadyReferences:
         """xdist's workers of a driven run prepare one at a time: the first records what is
         missing and says so; the others find it recorded, or refuse with its error at once
         instead of recording again."""
@@ -330,46 +256,36 @@ class Check:
             if error is not None:
                 self._refuse(error)
             earlier = self.job.read_result()
-            prepared = self._prepare(everything, selected, quiet=earlier is not None)
+            references = self._prepare(everything, selected, quiet=earlier is not None)
             # written before the next worker takes the lock: it finds this one's work done
-            self.job.write_result(CheckResult(prepared.generation))
-            return prepared
+            self.job.write_result(CheckResult(references.generation))
+            return references
 
     def _prepare(self, everything: list[pytest.Item], selected: set[str],
-                 quiet: bool = False) -> Prepared:
-        from regression.environment import determinism
-        from regression.plugin.prepare import prepare
+                 quiet: bool = False) -> ReadyReferences:
         from regression.run.types import resolve
 
+        state = self.state
         settings = self._settings()
-        determinism.prepare_process(settings.device)  # its variables are part of the key
+        state.prepare_device()  # its variables are part of the key
         reference = self.job.resolved if self.job is not None else \
             resolve(settings, self.config.getoption("regression_reference"))
         # `invoke gen` records whatever addopts says: recording is all it is asked to do.
-        no_gen = bool(self.config.getoption("regression_no_gen")) and not self.gen_only
-        early = self.alongside.take_early()
-        prepared = prepare(reference, self.job, everything, selected, self.config.rootpath,
-                           self.relay.echo, record=not no_gen,
-                           overlap=settings.record_beside_check and not self.gen_only
-                           and not in_worker(self.config),
-                           early=early)
-        generation = prepared.generation
-        if generation is not None and not self.gen_only and \
+        no_gen = bool(self.config.getoption("regression_no_gen")) and not state.gen_only
+        references = state.recorder.ready(reference, self.job, everything, selected,
+                                          self.config.rootpath, state.relay.echo,
+                                          record=not no_gen, in_worker=in_worker(self.config))
+        generation = references.generation
+        if generation is not None and not state.gen_only and \
                 not (quiet and not generation.recorded and not generation.absent):
             for line in generation_lines(generation):
-                self.relay.echo(line)
-        determinism.prepare_process(settings.device)
-        determinism.apply(settings.determinism)  # once here: the first call takes seconds
-        return prepared
-
-    def write_result(self) -> None:
-        if self.job is not None:
-            prepared = self.prepared
-            self.job.write_result(CheckResult(prepared.generation if prepared else None))
+                state.relay.echo(line)
+        state.apply_determinism()
+        return references
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if uses_fixture(item) and self.prepared is not None:
+        if uses_fixture(item) and self.state.references is not None:
             from regression.environment import determinism
 
-            determinism.apply(self.settings.determinism)
+            determinism.apply(self.state.settings.determinism)

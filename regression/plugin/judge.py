@@ -18,30 +18,27 @@ from regression.errors import RegressionError, StoreError
 from regression.plugin.common import exception_reason, report_reason, traceback_frames, \
     uses_fixture
 from regression.plugin.relay import in_worker
+from regression.plugin.state import OUTCOME
 from regression.report import largest_relative
 from regression.plugin.verdict import FAIL, NOTE, SKIP, Case, Verdict, changes_nothing, \
     fixture_verdict, verdict
 
 if TYPE_CHECKING:
-    from regression.plugin.check import Check
+    from regression.plugin.state import CheckState
     from regression.plugin.fixture import CheckSink, Regression
     from regression.store.record import CaseRecord
 
-OUTCOME = "torch_regression_outcome"
-"""A regression case's report carries its outcome so far to xdist's controller."""
 FIX = "run `invoke gen` to record it"
 
 
 class Judge:
     """A pytest plugin: compares each case with the reference and judges its reports."""
 
-    def __init__(self, check: Check) -> None:
-        self.check = check
-        self.ledger = check.ledger
+    def __init__(self, state: CheckState) -> None:
+        self.state = state
+        self.ledger = state.ledger
         self.sinks: dict[str, CheckSink] = {}
         """The cases under way (one, but a plugin may nest runs): each with its reference."""
-        self.compared = False
-        """Whether a case of this process got the fixture: the subject's origin matters."""
         self.helper_digests: dict[Path, str] = {}
         """Each helper file's digest, read once per run for every case that uses it."""
         self.error_reasons: dict[str, str] = {}
@@ -52,26 +49,26 @@ class Judge:
         """Cases under way that pytest_runtest_call failed because their outputs differ."""
         from regression.declarations import by_case
 
-        self.declarations = by_case(check.job.declarations if check.job else ())
+        self.declarations = by_case(state.job.declarations if state.job else ())
         """regression-changes.yaml's entries, by case, as the job hands them over."""
 
     def fixture(self, item: pytest.Item) -> Regression:
         from regression.plugin.fixture import CheckSink, Regression
 
-        if self.check.prepared is None:
+        if self.state.references is None:
             pytest.fail("the regression fixture found no reference in this run", pytrace=False)
         record = self._record(item)
-        sink = self.sinks[item.nodeid] = CheckSink(record, self.check.label)
-        self.compared = True
-        settings = self.check.settings
+        sink = self.sinks[item.nodeid] = CheckSink(record, self.state.label)
+        self.state.compared = True
+        settings = self.state.settings
         return Regression(item.nodeid, settings.determinism, sink, settings.device)
 
     def _record(self, item: pytest.Item) -> CaseRecord:
         """The case's trusted reference; the case ends here (error or skip) without one."""
         record, problem = self._loaded(item)
-        found = fixture_verdict(item.nodeid, self.check.label, problem,
+        found = fixture_verdict(item.nodeid, self.state.label, problem,
                                 record.status if record else "",
-                                record.reason if record else "", self.check.strict)
+                                record.reason if record else "", self.state.strict)
         if found is not None and found.outcome is not None:
             self.ledger.judge(found.outcome)
             if found.action == SKIP:
@@ -82,14 +79,14 @@ class Judge:
 
     def _loaded(self, item: pytest.Item) -> tuple[CaseRecord | None, str]:
         """The case's stored record, or why it cannot be used."""
-        prepared = self.check.prepared
-        assert prepared is not None
-        entry, label = prepared.entry, self.check.label
-        underway = prepared.underway
-        if underway is not None and underway.covers(item.nodeid):
+        references = self.state.references
+        assert references is not None
+        entry, label = references.entry, self.state.label
+        beside = references.beside
+        if beside is not None and beside.covers(item.nodeid):
             began = time.perf_counter()
             try:
-                record = underway.record_of(item.nodeid, self._say)
+                record = beside.record_of(item.nodeid, self._say)
             except RegressionError:  # said once, at the end of the run
                 self._stop(item, f"the recording at {label} failed")
                 return None, (f"no reference: the recording at {label} failed (its error "
@@ -113,13 +110,13 @@ class Judge:
 
     def _say(self, line: str) -> None:
         """A line for the user while a case runs: past pytest's capture, to the terminal."""
-        config = self.check.config
+        config = self.state.config
         capture = config.pluginmanager.get_plugin("capturemanager")
         if capture is None:
-            self.check.relay.echo(line)
+            self.state.relay.echo(line)
             return
         with capture.global_and_fixture_disabled():
-            self.check.relay.echo(line)
+            self.state.relay.echo(line)
 
     def _stop(self, item: pytest.Item, why: str) -> None:
         """No case after this one can be checked: the run stops, and says why."""
@@ -128,14 +125,14 @@ class Judge:
 
     def _stale(self, record: CaseRecord, item: pytest.Item) -> str:
         """Why a stored case no longer matches the test code that runs now; "" if it does."""
-        prepared = self.check.prepared
-        assert prepared is not None
-        if record.harness != prepared.harness.of(item.path):
+        references = self.state.references
+        assert references is not None
+        if record.harness != references.harness.of(item.path):
             return ("the test file or a conftest.py changed since the reference was recorded; "
                     f"{FIX} again")
         from regression.environment.harness import changed_helpers  # config and hashing: not in plain runs
 
-        changed = changed_helpers(prepared.suite.reference.settings.root, record.helpers,
+        changed = changed_helpers(references.suite.reference.settings.root, record.helpers,
                                   self.helper_digests)
         if changed:
             return (f"test code it uses changed since the reference was recorded "
@@ -180,13 +177,13 @@ class Judge:
             durations[item.nodeid] = durations.get(item.nodeid, 0.0) + max(
                 0.0, report.duration - self.waited.pop(item.nodeid, 0.0))
         if call.excinfo is not None:
-            roots = (self.check.config.rootpath.resolve(),)
+            roots = (self.state.config.rootpath.resolve(),)
             error = call.excinfo.value
             self.error_reasons[item.nodeid] = exception_reason(error, traceback_frames(error),
                                                                roots)
-        if case and self.check.prepared is not None:
+        if case and self.state.references is not None:
             self._judge(item, report)
-        if case and in_worker(self.check.config):
+        if case and in_worker(self.state.config):
             outcome = self.ledger.outcomes.get(item.nodeid)
             setattr(report, OUTCOME, asdict(outcome) if outcome else {})
         if report.when == "teardown":
@@ -214,8 +211,8 @@ class Judge:
         nodeid, sink = item.nodeid, self.sinks.get(item.nodeid)
         reason = "" if report.passed else \
             self.error_reasons.get(nodeid) or report_reason(report)  # only a failure's is told
-        base = Case(nodeid, report.when, report.outcome, self.check.label, reason,
-                    self.check.strict, self.ledger.outcome_of(nodeid), sink is not None)
+        base = Case(nodeid, report.when, report.outcome, self.state.label, reason,
+                    self.state.strict, self.ledger.outcome_of(nodeid), sink is not None)
         if sink is None:
             if report.when == "setup" and report.skipped and not base.judged:
                 return self._with_stored(base)
@@ -239,12 +236,12 @@ class Judge:
     def _with_stored(self, case: Case) -> Case:
         """A case skipped before the fixture: what its stored record says, or why none can
         be trusted."""
-        prepared = self.check.prepared
-        assert prepared is not None
-        underway = prepared.underway
+        references = self.state.references
+        assert references is not None
+        beside = references.beside
         try:
-            record = underway.record_of(case.nodeid, self._say) if underway else None
-            record = record or prepared.entry.load_case(case.nodeid)
+            record = beside.record_of(case.nodeid, self._say) if beside else None
+            record = record or references.entry.load_case(case.nodeid)
         except RegressionError as exc:
             return replace(case, stored_reason=str(exc))
         if record is None:

@@ -1,5 +1,6 @@
-"""The report of a check run: the terminal summary, GitHub's annotations and step summary.
-Made from the ledger's small data (outcomes, errors) alone, never from a reference."""
+"""The report of a check run: the terminal summary and GitHub's annotations (its step
+summary: plugin/step_summary.py). Made from the ledger's small data (outcomes, errors) alone,
+never from a reference."""
 
 from __future__ import annotations
 
@@ -8,12 +9,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import pytest
 
-from regression import github
-from regression.plugin.chart import difference_chart
-from regression.errors import RegressionError
 from regression.plugin.ledger import Ledger
 from regression.plugin.relay import in_worker
-from regression.report import github_annotations, markdown_summary, summary_lines
+from regression.plugin.step_summary import stale_of
+from regression.report import github_annotations, summary_lines
 
 if TYPE_CHECKING:
     from regression.declarations import Declaration
@@ -48,30 +47,3 @@ class Summary:
         lines = summary_lines(ledger.label, ledger.outcomes.values(),
                               stale_of(ledger, self.declarations)) if ledger.outcomes else []
         return [*lines, *(f"ERROR {error}" for error in ledger.errors)]
-
-
-def require_step_summary() -> None:
-    """Refuse a $GITHUB_STEP_SUMMARY that cannot be written before anything runs: at the
-    end of the run it could only be reported."""
-    if os.environ.get(github.STEP_SUMMARY):
-        github.append(github.STEP_SUMMARY, "")
-
-
-def stale_of(ledger: Ledger, declarations: Sequence[Declaration]) -> list[Declaration]:
-    """The declarations of the cases this run found identical."""
-    if not declarations:
-        return []
-    from regression.declarations import stale
-
-    return stale(declarations, ledger.outcomes.values())
-
-
-def write_step_summary(ledger: Ledger, declarations: Sequence[Declaration] = ()) -> None:
-    """The run's report as Markdown in $GITHUB_STEP_SUMMARY, where GitHub shows it."""
-    if os.environ.get(github.STEP_SUMMARY) and ledger.outcomes:
-        try:
-            github.append(github.STEP_SUMMARY, markdown_summary(
-                ledger.label, ledger.outcomes.values(), stale_of(ledger, declarations))
-                + difference_chart(ledger.outcomes.values()))
-        except RegressionError as exc:
-            ledger.errors.append(f"the step summary was not written: {exc}")

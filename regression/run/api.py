@@ -19,7 +19,7 @@ from regression.environment.harness import python_files_under
 from regression.repository.revision import resolve_revision
 from regression.repository.worktree import reference_worktree
 from regression.run.completion import settle
-from regression.run.generation import in_context
+from regression.references.recorder import in_context
 from regression.run.job import GEN_AUTO, CheckJob, CollectJob
 from regression.run.launch import run_forked, run_pytest, tail
 from regression.run.types import CheckResult, CollectResult, Reference, Suite

@@ -1,7 +1,7 @@
 """Starts pytest for a job: in a new process, or in a fork of this one; and nothing else.
 
 What the processes do is the plugins' (regression.plugin); what to ask of them is the API's
-(regression.run.api) and the recording's (regression.run.generation).
+(regression.run.api) and the recording's (regression.references).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the files and ports it reads and writes outside its own folders (an audit hook, PEP 578).
 What one read that the other wrote, or a file both read that changed while they ran, is
 shared: a case that may have taken the other run's value is never stored as the reference,
-nor passed (run/underway.py, plugin/alongside.py).
+nor passed (references/beside.py, plugin/held_reports.py).
 
 Noted: every file Python opens (builtin open, pathlib, `os.open`, `torch.load`, numpy's
 `fromfile` and `tofile`), and those that safetensors' loaders, `torch.from_file` and sqlite

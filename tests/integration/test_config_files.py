@@ -168,7 +168,7 @@ def test_a_package_name_python_cannot_import_is_refused(tmp_path: Path, item: st
 def test_every_package_the_tool_loads_first_is_refused(tmp_path: Path) -> None:
     """TOOL_IMPORTS stays true: what a recording process has loaded before any test runs."""
     probe = ("import json, sys, sysconfig; started = set(sys.modules); "  # .pth files' own
-             "import regression.plugin, regression.cli.tasks, "
+             "import regression.run.entry, regression.plugin, regression.cli.tasks, "
              "regression.plugin.recording_mode, regression.plugin.check, "
              "torch, pytest; "
              "site = sysconfig.get_path('purelib'); print(json.dumps(sorted({n.split('.')[0] "

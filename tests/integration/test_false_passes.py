@@ -10,7 +10,8 @@ import pytest
 # Imported before any in-process run: pytester removes the modules a run imported, and
 # torch (a C extension) cannot be imported twice in one process.
 import regression.plugin.fixture  # noqa: F401 - torch, safetensors, the store
-import regression.plugin.prepare  # noqa: F401 - the cache, the recording
+import regression.references.beside  # noqa: F401 - the cache, the recording
+import regression.references.needed  # noqa: F401 - the check run's recorder
 from helpers import CONFIG, SUBJECT, Repo, make_subject_repo, output
 
 pytest_plugins = ["pytester"]

@@ -35,7 +35,7 @@ TIMEOUT = 600  # seconds a run may take, as the suite's subprocesses are given
 SERVER = r'''
 import json, os, sys, traceback
 import invoke, pytest, torch
-import regression.plugin, regression.cli.tasks
+import regression.run.entry, regression.plugin, regression.cli.tasks
 from invoke.main import program  # what `python -m invoke` runs
 
 for line in sys.stdin:

@@ -176,11 +176,14 @@ class _OptionRecorder:
 
 @cache
 def plugin_options() -> frozenset[str]:
-    """The command-line options of the pytest plugin pyproject.toml declares."""
+    """The command-line options of the pytest plugin pyproject.toml declares: of its entry
+    module and of the plugins that module loads (its `pytest_plugins`)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    plugin = importlib.import_module(project["entry-points"]["pytest11"]["regression"])
+    entry = importlib.import_module(project["entry-points"]["pytest11"]["regression"])
     recorder = _OptionRecorder()
-    plugin.pytest_addoption(recorder)
+    for plugin in [entry, *map(importlib.import_module, getattr(entry, "pytest_plugins", ()))]:
+        if hasattr(plugin, "pytest_addoption"):
+            plugin.pytest_addoption(recorder)
     return frozenset(recorder.names)
 
 

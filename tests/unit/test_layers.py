@@ -1,18 +1,24 @@
-"""The import graph keeps its layers: nothing below the launcher and the API imports them,
-the data types import only what is below them, the store and the cores stand on no plugin,
-diagnosis or command line, only gitcmd.py talks to git, no import circle but among check
-mode's plugins, and every name is imported from the module that defines it (no re-export shims)."""
+"""The import graph keeps its layers: nothing below the launcher, the API and what records
+references imports them, directly or through another module; the data types import only
+what is below them, the store and the cores stand on no plugin, diagnosis or command line,
+check mode's plugins import none of each other, nor record mode's, only gitcmd.py talks to
+git, no import circle anywhere, and every name is imported from the module that defines it
+(no re-export shims)."""
 
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "regression"
-TOP = ("regression.run.launch", "regression.run.api")
-"""The launcher and the API: only the CLI, diagnosis and recording stand on them."""
+TOP = ("regression.run.launch", "regression.run.api", "regression.run.entry",
+       "regression.references")
+"""What starts processes (the launcher, the API, what records references) and pytest's entry
+point, which hands the recorder to the plugins: only the CLI, diagnosis and the entry stand
+on them."""
 
 
 def _modules() -> dict[str, Path]:
@@ -46,14 +52,45 @@ LOWER = [name for name in MODULES if name.startswith(("regression.plugin", "regr
 
 @pytest.mark.parametrize("name", LOWER)
 def test_no_lower_module_imports_the_launcher_or_the_api(name: str) -> None:
-    assert not {i for i in _imports(MODULES[name]) if i.startswith(TOP)}
+    """Directly or through other modules: lazy imports count."""
+    assert not {i for i in _reached(_graph(), name) if i.startswith(TOP)}
+
+
+def _reached(graph: dict[str, set[str]], name: str) -> set[str]:
+    """Every module `name` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for other in graph[todo.pop()] - seen:
+            seen.add(other)
+            todo.append(other)
+    return seen
+
+
+def test_the_reach_finder_follows_indirect_imports() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"b"}, "d": set()}
+    assert _reached(graph, "a") == {"b", "c"}
+    assert _reached(graph, "d") == set()
+
+
+CHECK_PLUGINS = ("regression.plugin.check", "regression.plugin.held_reports",
+                 "regression.plugin.judge", "regression.plugin.end_of_run",
+                 "regression.plugin.summary")
+"""Check mode's plugins: each is handed the run's one state (plugin/state.py)."""
+
+
+@pytest.mark.parametrize("name", CHECK_PLUGINS)
+def test_check_modes_plugins_import_none_of_each_other(name: str) -> None:
+    """Directly or through other modules: they share a state object, not each other."""
+    others = set(CHECK_PLUGINS) - {name}
+    assert not {i for i in _reached(_graph(), name) if i in others}
 
 
 @pytest.mark.parametrize("name", ["regression.run.types", "regression.run.job",
-                                  "regression.run.completion"])
+                                  "regression.run.completion", "regression.run.handoff"])
 def test_the_run_data_imports_nothing_above_it(name: str) -> None:
-    above = ("regression.run.launch", "regression.run.api", "regression.run.generation",
-             "regression.run.underway", "regression.plugin", "regression.cli",
+    above = ("regression.run.launch", "regression.run.api", "regression.run.entry",
+             "regression.references", "regression.plugin", "regression.cli",
              "regression.diagnose")
     assert not {i for i in _imports(MODULES[name]) if i.startswith(above)}
 
@@ -78,7 +115,7 @@ def test_gitpython_is_imported_nowhere_git_runs_through_revision() -> None:
 def test_store_and_the_cores_stand_on_no_pytest_plugin_diagnosis_or_command_line(name: str) -> None:
     """The plugin may use the store and the cores, never the other way round."""
     above = ("regression.plugin", "regression.diagnose", "regression.cli",
-             "regression.run.generation", "regression.run.underway")
+             "regression.references", "regression.run.entry")
     assert not {i for i in _imports(MODULES[name]) if i.startswith(above)}
 
 
@@ -88,8 +125,10 @@ def test_only_the_entry_points_import_the_command_line(name: str) -> None:
     assert not {i for i in _imports(MODULES[name]) if i.startswith("regression.cli")}
 
 
+@cache
 def _graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports, lazily or under TYPE_CHECKING too."""
+    """Module -> the package's modules it imports, lazily or under TYPE_CHECKING too (read
+    once: each test only looks)."""
     return {name: {i for i in _imports(path) if i in MODULES and i != name}
             for name, path in MODULES.items()}
 
@@ -126,10 +165,6 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-KNOWN_CIRCLES = ("regression.plugin",)
-"""Where circles are left to the House II redesign (one state object per run, one plugin
-per concern handed in from above): the plugins of check mode."""
-
 RECORD_MODE = tuple(f"regression.plugin.{name}" for name in (
     "recording_mode", "recording_run", "kernel_settings", "subject_guard", "beside_check",
     "wanted_cases", "result_writer", "store_cases", "reproduce", "trace_case"))
@@ -137,10 +172,9 @@ RECORD_MODE = tuple(f"regression.plugin.{name}" for name in (
 module per concern."""
 
 
-def test_no_import_circle_outside_the_plugins_of_check_mode() -> None:
+def test_no_import_circle_anywhere() -> None:
     """Lazy imports count: a circle is a circle whenever its modules load."""
-    circles = [c for c in _circles(_graph())
-               if not all(m.startswith(KNOWN_CIRCLES) and m not in RECORD_MODE for m in c)]
+    circles = _circles(_graph())
     assert circles == []
 
 

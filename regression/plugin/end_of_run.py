@@ -12,34 +12,32 @@ import pytest
 
 from regression.errors import RegressionError
 from regression.plugin.common import crash_reason
-from regression.plugin.judge import OUTCOME
 from regression.plugin.ledger import RunFacts, outcome_from
 from regression.plugin.relay import in_worker
+from regression.plugin.state import OUTCOME
 from regression.outcomes import ERROR, CaseOutcome
 from regression.report import not_run_lines
 from regression.run.completion import END, START, Completion
 from regression.run.types import CheckResult
 
 if TYPE_CHECKING:
-    from regression.plugin.check import Check
-    from regression.plugin.judge import Judge
+    from regression.plugin.state import CheckState
 
 WORKER_KEY = "torch_regression"
 
 
-class Finish:
+class EndOfRun:
     """A pytest plugin: follows the run's cases to their end, and judges the run."""
 
-    def __init__(self, check: Check, judge: Judge) -> None:
-        self.check = check
-        self.judge = judge
-        self.ledger = check.ledger
-        self.config = check.config
-        self.job = check.job
+    def __init__(self, state: CheckState) -> None:
+        self.state = state
+        self.ledger = state.ledger
+        self.config = state.config
+        self.job = state.job
         self.session: pytest.Session | None = None
         self.finished = False
         """Whether this plugin's end of the run ran: the completion record needs it."""
-        check.relay.on_worker_done(WORKER_KEY, self._worker_done)
+        state.relay.on_worker_done(WORKER_KEY, self._worker_done)
 
     def _facts(self) -> RunFacts:
         option = self.config.option
@@ -48,12 +46,12 @@ class Finish:
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         """Note the test in the journal: if the process ends in it, the parent names it."""
         self.ledger.running = nodeid
-        if self.job is not None and not self.check.gen_only:
+        if self.job is not None and not self.state.gen_only:
             self.job.note(f"{START}{nodeid}")
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         self.ledger.running = ""
-        if self.job is not None and not self.check.gen_only:
+        if self.job is not None and not self.state.gen_only:
             self.job.note(f"{END}{nodeid}")
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
@@ -94,19 +92,19 @@ class Finish:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Prove the subject's origin and the run complete; store durations; summaries.
         An xdist worker hands what it knows to the controller, which judges and reports."""
-        from regression.plugin.summary import write_step_summary
+        from regression.plugin.step_summary import write_step_summary
 
         self.session = session
-        if self.check.refusal:
+        if self.state.refusal:
             return  # no case ran: the refusal says why, and nothing else is to be said
         worker = in_worker(self.config)
-        if self.check.gen_only and not worker:
+        if self.state.gen_only and not worker:
             if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
                 session.exitstatus = pytest.ExitCode.OK
             self.finished = True
             return
         self._verify_origins(session)
-        if self.check.relay.hand_over(WORKER_KEY, self.ledger.data()):
+        if self.state.relay.hand_over(WORKER_KEY, self.ledger.data()):
             return
         self._require_all_ran(session)
         self._require_verdicts_passed(session)
@@ -119,12 +117,12 @@ class Finish:
     def _verify_origins(self, session: pytest.Session) -> None:
         """Regression cases ran here: the candidate must be the working tree (or the
         candidate's worktree), not an installed copy."""
-        if self.check.prepared is None or not self.judge.compared:
+        if self.state.references is None or not self.state.compared:
             return
         from regression.plugin.importer import verify_origins
 
-        settings = self.check.settings
-        root = self.check.subject_root or settings.root / settings.subject_path
+        settings = self.state.settings
+        root = self.state.subject_root or settings.root / settings.subject_path
         try:
             verify_origins(settings.subject_packages, root)
         except RegressionError as exc:
@@ -153,7 +151,7 @@ class Finish:
     def _require_verdicts_passed(self, session: pytest.Session) -> None:
         """Fail a run whose pytest counted no failure where a case did not pass: a case
         skipped at collection that the reference recorded, or a report a hook changed."""
-        failing = _named(self.ledger.failing(self.check.strict))
+        failing = _named(self.ledger.failing(self.state.strict))
         if failing and session.exitstatus in (pytest.ExitCode.OK,
                                               pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -178,16 +176,16 @@ class Finish:
             self.job.close_journal()
         if in_worker(config) or not self.finished or self.session is None:
             return
-        gen_only = self.check.gen_only
+        gen_only = self.state.gen_only
         unjudged = [] if gen_only else self.ledger.unjudged()
         outcomes = () if gen_only else tuple(self.ledger.outcomes.values())
-        failing = [o for o in outcomes if o.fails(self.check.strict)]
+        failing = [o for o in outcomes if o.fails(self.state.strict)]
         _keep_failed(self.session, [*_named(failing), *(f"NO VERDICT {n}" for n in unjudged)])
         if self.job is not None:
             completion = Completion(int(self.session.exitstatus),
                                     len(self.ledger.expected or ()),
                                     [f"{n}: {self._why_not_run(n)}" for n in unjudged],
-                                    outcomes, self.check.strict)
+                                    outcomes, self.state.strict)
             self.job.write_result(replace(self.job.read_result() or CheckResult(),
                                           finished=completion))
 

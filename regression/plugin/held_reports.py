@@ -1,7 +1,6 @@
-"""Check mode: the recording that runs beside the check run's cases (record and check at
-once, regression/run/underway.py). It starts before conftests load where the run will record
-every case, is handed its cases once they are known, and is waited for at the end of the
-cases; one that fails makes every case checked against it an error.
+"""Check mode: the end of the recording that runs beside the check run's cases (record and
+check at once, references/beside.py), which is waited for at the end of the cases; one that
+fails makes every case checked against it an error.
 
 A case that runs while the recording does is judged for good only when the recording has
 ended (proven, failed, or sharing a file with this run): its reports are held until then, so
@@ -18,23 +17,19 @@ from regression.errors import RegressionError
 from regression.plugin.common import uses_fixture
 from regression.outcomes import ERROR, CaseOutcome
 from regression.report import generation_lines
-from regression.run.job import GEN_AUTO
 from regression.run.overlap import SHARED
 
 if TYPE_CHECKING:
-    from regression.config.settings import Settings
-    from regression.plugin.check import Check
+    from regression.plugin.state import CheckState
     from regression.run.types import Generation, Suite
-    from regression.run.underway import Underway
 
 
-class Alongside:
-    """A pytest plugin of the check run: starts, hands over and ends its recording."""
+class HeldReports:
+    """A pytest plugin of the check run: holds the reports of the cases checked while the
+    recording beside the run goes on, ends that recording, and tells them as it ended."""
 
-    def __init__(self, check: Check) -> None:
-        self.check = check
-        self.early: Underway | None = None
-        """A recording started before collection, until the run's preparation takes it."""
+    def __init__(self, state: CheckState) -> None:
+        self.state = state
         self.lines: list[str] = []
         """What the recording did, for the terminal summary."""
         self.held: list[tuple[pytest.Item, list[pytest.TestReport], CaseOutcome | None]] = []
@@ -43,53 +38,20 @@ class Alongside:
         self.failed_held = 0
         """How many of them failed: counted for -x and --maxfail as they ran."""
 
-    def start_early(self, settings: Settings) -> None:
-        """A run that will record every case (the cache has no entry for its reference: a
-        CI runner's first run) starts the recording before conftests load, so that both
-        processes start Python, torch and the subject at once; it is told its cases, and
-        the environment's key, once they are known. Not where the run has xdist workers, or
-        would record in workers or several times."""
-        job, known = self.check.job, self.check.config.known_args_namespace
-        if job is None or not settings.record_beside_check or job.gen != GEN_AUTO \
-                or job.repeat > 1 \
-                or settings.determinism.repeat > 1 or getattr(known, "numprocesses", None) \
-                or getattr(known, "tx", None) or getattr(known, "collectonly", False) \
-                or getattr(known, "regression_no_gen", False):
-            return
-        from regression.run.underway import Underway
-        from regression.store.cache import names_code
-
-        try:
-            if not names_code(settings.cache_dir, job.resolved.code):
-                self.early = Underway(job.resolved)
-        except RegressionError:
-            pass  # the run records as it would have, and says then what is wrong
-
-    def take_early(self) -> Underway | None:
-        """The recording started early, now the preparation's to use or cancel."""
-        early, self.early = self.early, None
-        return early
-
-    def cancel_early(self) -> None:
-        """A recording started early that the run did not use ends, told no case."""
-        if self.early is not None:
-            self.early.cancel()
-            self.early = None
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None
                                 ) -> bool | None:
         """While the recording runs, a case runs as pytest would run it, but its reports are
         held until the recording has ended and its verdict is final."""
-        prepared = self.check.prepared
-        if prepared is None or prepared.underway is None or not prepared.underway.running() \
-                or not uses_fixture(item):
+        references = self.state.references
+        if references is None or references.beside is None \
+                or not references.beside.running() or not uses_fixture(item):
             return None
         from _pytest.runner import runtestprotocol
 
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         reports = runtestprotocol(item, nextitem=nextitem, log=False)
-        self.held.append((item, reports, self.check.ledger.outcomes.get(item.nodeid)))
+        self.held.append((item, reports, self.state.ledger.outcomes.get(item.nodeid)))
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         if any(r.failed for r in reports):  # -x and --maxfail stop the run as they would
             session = item.session
@@ -107,7 +69,7 @@ class Alongside:
         if held:
             held[0][0].session.testsfailed -= self.failed_held  # counted again as told
             self.failed_held = 0
-        outcomes = self.check.ledger.outcomes
+        outcomes = self.state.ledger.outcomes
         for item, reports, judged in held:
             outcome = outcomes.get(item.nodeid)
             if outcome is not None and outcome.outcome == ERROR and outcome != judged:
@@ -133,35 +95,33 @@ class Alongside:
     def pytest_unconfigure(self) -> None:
         """A recording ends with the run, however the run ended."""
         self._end(ran_out=False)
-        self.cancel_early()
+        self.state.recorder.cancel_early()
 
     def _end(self, interrupted: bool = False, ran_out: bool = False) -> None:
         """Wait for the recording to end and say what it did. `ran_out`: the run's cases
         all ran and its session's fixtures are torn down, so a case that failed at the
         reference beside them can be recorded again, alone."""
-        check = self.check
-        if check.prepared is None or check.prepared.underway is None:
+        state = self.state
+        beside = state.take_beside()
+        if beside is None:
             return
-        underway = check.prepared.underway
-        check.prepared = replace(check.prepared, underway=None)
         try:
-            generation = underway.finish(interrupted)
+            generation = beside.finish(interrupted)
         except RegressionError as exc:
-            self._unproven(underway.handed, exc)
+            self._unproven(beside.handed, exc)
             self._tell_held()
             return
-        self._taken(underway.taken_from_recording())
-        if generation.doubtful and underway.suite is not None:
-            generation = self._record_alone(underway.suite, generation) if ran_out \
+        self._taken(beside.taken_from_recording())
+        if generation.doubtful and beside.suite is not None:
+            generation = self._record_alone(beside.suite, generation) if ran_out \
                 else self._not_recorded(generation)
-        check.prepared = replace(check.prepared, generation=generation)
+        state.recorded(generation)
         self._tell_held()
-        self.lines = [*([underway.note] if underway.note else []),
-                      *generation_lines(generation)]
-        if check.config.pluginmanager.get_plugin("terminalreporter") is None:
+        self.lines = [*([beside.note] if beside.note else []), *generation_lines(generation)]
+        if state.config.pluginmanager.get_plugin("terminalreporter") is None:
             for line in self.lines:
-                check.relay.echo(line)
-        check.write_result()
+                state.relay.echo(line)
+        state.write_result()
 
     def _record_alone(self, suite: Suite, generation: Generation) -> Generation:
         """Cases that failed or skipped at the reference while this run checked beside the
@@ -169,20 +129,18 @@ class Alongside:
         fixtures) have ended: the two runs may have clashed (a port, a lock, memory), which
         is no reason to call a case "not in reference". One that runs alone is stored, and
         this run, which judged it against no reference, calls it an error."""
-        from regression.run.generation import generate
-
-        check, doubtful = self.check, generation.doubtful
+        state, doubtful = self.state, generation.doubtful
         try:
-            again = generate(replace(suite, cases={n: suite.cases[n] for n in doubtful}),
-                             echo=check.relay.echo)
+            again = state.recorder.record_alone(
+                replace(suite, cases={n: suite.cases[n] for n in doubtful}), state.relay.echo)
         except RegressionError as exc:
             for nodeid, reason in doubtful.items():
-                check.ledger.judge(CaseOutcome(nodeid, ERROR, (
+                state.ledger.judge(CaseOutcome(nodeid, ERROR, (
                     f"{reason} while this run checked beside the recording, and recording "
                     f"it again alone failed: {exc}")))
             return generation
         for nodeid in doubtful.keys() - again.absent.keys():  # recorded alone, or meanwhile
-            check.ledger.judge(CaseOutcome(nodeid, ERROR, _alone(doubtful[nodeid])))
+            state.ledger.judge(CaseOutcome(nodeid, ERROR, _alone(doubtful[nodeid])))
         return replace(generation, recorded=[*generation.recorded, *again.recorded],
                        absent={**generation.absent, **again.absent}, doubtful={})
 
@@ -193,7 +151,7 @@ class Alongside:
             return
         more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
         for item, _, _ in self.held:
-            self.check.ledger.judge(CaseOutcome(item.nodeid, ERROR, (
+            self.state.ledger.judge(CaseOutcome(item.nodeid, ERROR, (
                 f"this run used {', '.join(taken[:3])}{more} while the recording beside it "
                 "wrote it: its verdict may rest on the reference's values; run again to check "
                 "it (`record_beside_check: false` in config.yaml records first)")))
@@ -202,7 +160,7 @@ class Alongside:
         """The run stopped early: its fixtures may still hold what the doubtful cases need,
         so they are not recorded alone now; each is an error, and nothing is stored."""
         for nodeid, reason in generation.doubtful.items():
-            self.check.ledger.judge(CaseOutcome(nodeid, ERROR, (
+            self.state.ledger.judge(CaseOutcome(nodeid, ERROR, (
                 f"{reason} while this run checked beside the recording; the run stopped "
                 "before it could be recorded alone, so nothing is stored: run again")))
         return replace(generation, doubtful={})
@@ -210,15 +168,15 @@ class Alongside:
     def _unproven(self, checked: set[str], error: RegressionError) -> None:
         """The recording failed: each case checked against what it handed over is an error,
         and the run says why (the task, from the job's error)."""
-        check = self.check
+        state = self.state
         for nodeid in sorted(checked):
-            check.ledger.judge(CaseOutcome(nodeid, ERROR, (
-                f"checked against a reference that the recording at {check.label} did not "
+            state.ledger.judge(CaseOutcome(nodeid, ERROR, (
+                f"checked against a reference that the recording at {state.label} did not "
                 "prove its own: the recording failed at its end, as said below")))
-        if check.job is not None:
-            check.job.write_error(error)
+        if state.job is not None:
+            state.job.write_error(error)
         else:
-            check.ledger.error(f"the recording at {check.label} failed: {error}")
+            state.ledger.error(f"the recording at {state.label} failed: {error}")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:

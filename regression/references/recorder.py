@@ -1,6 +1,7 @@
 """Recording: plan which cases lack a valid reference, and record them in a new process at
 the reference (in a worktree), under the cache entry's lock. The check run of `test` and
-`gen` calls it for what is missing; `bisect` and `explain` call it directly.
+`gen` calls it for what is missing (references/needed.py); `bisect` and `explain` call it
+directly. Every record job is built here (`record_job`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import subprocess
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, TypeVar
 
 from regression.errors import CacheError, CacheWriteError, ReadOnlyError, RegressionError, \
     StoreError, SubjectImportError
@@ -22,6 +23,8 @@ from regression.run.types import Echo, Generation, Pending, RecordResult, Refere
 from regression.store.cache import Entry
 from regression.store.record import NONDETERMINISTIC, StoredHarness
 from regression.store.scratch import scratch_folder
+
+Kind = TypeVar("Kind", RecordJob, ReproduceJob, TraceJob)
 
 if TYPE_CHECKING:
     from regression.config.settings import Settings
@@ -245,13 +248,10 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
     """Record `todo` in a new process, the subject from `worktree` (of the reference)."""
     reference = suite.reference
     try:
-        subject_root = str(worktree / reference.settings.subject_path)
-        workdir = str(project_in(reference, worktree))
-        job: RecordingJob = ReproduceJob(
-            reference, subject_root=subject_root, parts=suite.entry.parts, cases=todo,
-            workers=suite.workers, workdir=workdir) if verify else RecordJob(
-            reference, subject_root=subject_root, parts=suite.entry.parts, cases=todo,
-            workers=suite.workers, full_values=full_values, workdir=workdir)
+        job = record_job(ReproduceJob, reference, worktree, parts=suite.entry.parts,
+                         cases=todo, workers=suite.workers) if verify else record_job(
+            RecordJob, reference, worktree, parts=suite.entry.parts, cases=todo,
+            workers=suite.workers, full_values=full_values)
         return _recording(reference, job, echo)
     except KeyboardInterrupt:
         kept = still_valid(suite.entry, todo)
@@ -300,9 +300,8 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
     with ExitStack() as stack:
         root = settings.root if working_tree else stack.enter_context(
             reference_worktree(reference.repo, reference.sha))
-        job = TraceJob(reference, subject_root=str(root / settings.subject_path),
-                       cases={nodeid: ""}, folder=str(folder),
-                       workdir="" if working_tree else str(project_in(reference, root)))
+        job = record_job(TraceJob, reference, root, working_tree=working_tree,
+                         cases={nodeid: ""}, folder=str(folder))
         result = _recording(reference, job, echo, working_tree)
     where = "in the working tree" if working_tree else f"at {reference.label}"
     fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
@@ -310,6 +309,16 @@ def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bo
     absent = result.absent
     if absent:
         raise RegressionError(f"{nodeid} cannot be traced {where}: {absent[nodeid]}{fix}")
+
+
+def record_job(kind: type[Kind], reference: Reference, root: Path, working_tree: bool = False,
+               **fields: Any) -> Kind:
+    """The one place a recording's job is built, of any kind (record, reproduce, trace): the
+    subject imported from `root` (a worktree of the reference, or with `working_tree` the
+    working tree's own), run in the project's folder there; `fields` are the kind's others
+    (cases, parts, the pipes beside a check run, the trace's folder...)."""
+    return kind(reference, subject_root=str(root / reference.settings.subject_path),
+                workdir="" if working_tree else str(project_in(reference, root)), **fields)
 
 
 def project_in(reference: Reference, worktree: Path) -> Path:

@@ -21,8 +21,8 @@ from dataclasses import replace
 
 from regression.errors import ReadOnlyError, RegressionError
 from regression.repository.worktree import prune_stale_worktrees, reference_worktree
-from regression.run.generation import generate, nothing_recordable, outcome, planned_locked, \
-    project_in, read_only_plan, recording_args, require_all_ran, still_valid
+from regression.references.recorder import nothing_recordable, outcome, planned_locked, \
+    read_only_plan, record_job, recording_args, require_all_ran, still_valid
 from regression.run import overlap
 from regression.run.handoff import Handoff, answer_shared, send_cases
 from regression.run.job import Beside, RecordJob
@@ -32,16 +32,13 @@ from regression.store.record import CaseRecord
 from regression.store.scratch import scratch_folder
 
 
-def start_generation(suite: Suite, force: bool, echo: Echo, early: Underway | None = None
-                     ) -> Generation | Underway:
+def record_beside(suite: Suite, force: bool, echo: Echo, early: RecordingBeside | None = None
+                  ) -> Generation | RecordingBeside:
     """As `generate`, but what must be recorded is recorded while the caller goes on: the
-    recording under way (`early`, if one was started before the cases were known: it is
+    recording beside it (`early`, if one was started before the cases were known: it is
     told the key's parts with its cases, and checks them against its own), or what was
-    found when nothing is to be recorded; an `early` not used is the caller's to cancel. A
-    suite recorded several times (determinism.repeat) or by several workers is recorded
-    first, as before."""
-    if suite.repeat > 1 or suite.workers > 1:
-        return generate(suite, force, echo)
+    found when nothing is to be recorded; an `early` not used is the caller's to cancel.
+    Whether a suite is recorded beside the check at all is `records_beside`'s to say."""
     prune_stale_worktrees(suite.reference.repo)
     todo = read_only_plan(suite, force)
     if todo == {}:
@@ -51,7 +48,7 @@ def start_generation(suite: Suite, force: bool, echo: Echo, early: Underway | No
 
 
 def _locked_start(suite: Suite, force: bool, echo: Echo, todo: dict[str, Pending] | None,
-                  early: Underway | None) -> Generation | Underway:
+                  early: RecordingBeside | None) -> Generation | RecordingBeside:
     """Take the entry's lock (held until the recording ends), plan again, and hand the
     recording its cases."""
     lock = ExitStack()
@@ -64,9 +61,9 @@ def _locked_start(suite: Suite, force: bool, echo: Echo, todo: dict[str, Pending
             return result
         echo(f"recording {len(todo)} of {len(suite.cases)} cases at {suite.reference.label}, "
              "each checked as soon as it is stored ...")
-        underway = early or Underway(suite.reference)
-        underway.begin(suite, todo, result, lock)
-        return underway
+        beside = early or RecordingBeside(suite.reference)
+        beside.begin(suite, todo, result, lock)
+        return beside
     except ReadOnlyError as exc:
         lock.close()
         raise nothing_recordable(suite, todo, exc) from None
@@ -75,8 +72,8 @@ def _locked_start(suite: Suite, force: bool, echo: Echo, todo: dict[str, Pending
         raise
 
 
-class Underway:
-    """A recording in its own process, in a worktree of the reference, that collects at
+class RecordingBeside:
+    """The recording beside the check run: a recording in its own process, in a worktree of the reference, that collects at
     once and records the cases `begin` hands it, each handed over as it is stored."""
 
     def __init__(self, reference: Reference) -> None:
@@ -146,11 +143,8 @@ class Underway:
         self.output = stack.enter_context(open(folder / "output.txt", "w+", encoding="utf-8"))
         handoff_read, handoff_write = os.pipe()
         cases_read, cases_write = os.pipe()
-        self.job = RecordJob(
-            reference, result=str(folder / "result.json"),
-            subject_root=str(worktree / reference.settings.subject_path),
-            workdir=str(project_in(reference, worktree)),
-            beside=Beside(cases=cases_read, handoff=handoff_write))
+        self.job = record_job(RecordJob, reference, worktree, result=str(folder / "result.json"),
+                              beside=Beside(cases=cases_read, handoff=handoff_write))
         try:
             child = start_pytest(reference.settings, recording_args(reference.settings),
                                  self.job, folder, self.output, (handoff_write, cases_read))

@@ -1,0 +1,56 @@
+"""pytest's entry point (pyproject's pytest11): loads the plugin's options and fixture
+(regression.plugin), and registers this run's plugins as its mode needs them. Check mode's
+plugins share one state, and are handed what records the references they need: that starts
+processes, so it is handed in from here, above the plugin, which imports no launcher."""
+
+from __future__ import annotations
+
+import pytest
+
+from regression.errors import RegressionError
+from regression.run.job import CheckJob, CollectJob, current_job
+
+pytest_plugins = ("regression.plugin",)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Register this run's plugins, one per concern, as its mode needs them, before any
+    conftest can import the subject."""
+    try:
+        job = current_job()
+    except RegressionError as exc:
+        raise pytest.UsageError(f"torch-regression: {exc}") from None
+    if job is None or isinstance(job, CheckJob):
+        register_check(early_config, job)
+    elif isinstance(job, CollectJob):
+        from regression.plugin import collect
+
+        collect.register(early_config, job)
+    else:
+        from regression.plugin import MODE_PLUGIN, recording_mode
+
+        recording_mode.register(early_config, job, MODE_PLUGIN)
+
+
+def register_check(config: pytest.Config, job: CheckJob | None) -> None:
+    """The plugins of a check run, one per concern, each handed the run's one state; the
+    judge serves the fixture."""
+    from regression.plugin import MODE_PLUGIN
+    from regression.plugin.check import Check
+    from regression.plugin.end_of_run import EndOfRun
+    from regression.plugin.held_reports import HeldReports
+    from regression.plugin.judge import Judge
+    from regression.plugin.state import CheckState
+    from regression.plugin.summary import Summary
+    from regression.references.needed import NeededReferences
+
+    state = CheckState(config, job, NeededReferences())
+    check = Check(state)
+    config.pluginmanager.register(check, "torch-regression-check")
+    config.pluginmanager.register(HeldReports(state), "torch-regression-held-reports")
+    config.pluginmanager.register(Judge(state), MODE_PLUGIN)
+    config.pluginmanager.register(EndOfRun(state), "torch-regression-end-of-run")
+    config.pluginmanager.register(Summary(config, state.ledger, job.declarations if job else ()),
+                                  "torch-regression-summary")
+    check.start()
