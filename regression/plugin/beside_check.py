@@ -8,7 +8,7 @@ import pytest
 
 from regression.errors import RegressionError
 from regression.plugin.recording_run import RecordingRun
-from regression.plugin.relay import CONTROLLER, role
+from regression.plugin.worker_messages import CONTROLLER, role
 from regression.run import overlap
 from regression.run.handoff import ask_shared, receive_cases
 from regression.run.job import Beside

@@ -13,7 +13,7 @@ import pytest
 from regression.errors import RegressionError
 from regression.plugin.common import report_reason, uses_fixture
 from regression.plugin.hints import subject_not_importable
-from regression.plugin.relay import REFUSAL, in_worker
+from regression.plugin.worker_messages import REFUSAL, in_worker
 from regression.plugin.state import CheckState, ReadyReferences
 from regression.outcomes import ERROR, CaseOutcome
 from regression.report import generation_lines

@@ -12,8 +12,8 @@ import pytest
 
 from regression.errors import RegressionError
 from regression.plugin.common import crash_reason
-from regression.plugin.ledger import RunFacts, outcome_from
-from regression.plugin.relay import in_worker
+from regression.plugin.case_accounts import RunFacts, outcome_from
+from regression.plugin.worker_messages import in_worker
 from regression.plugin.state import OUTCOME
 from regression.outcomes import ERROR, CaseOutcome
 from regression.report import not_run_lines

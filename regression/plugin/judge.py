@@ -17,7 +17,7 @@ import pytest
 from regression.errors import RegressionError, StoreError
 from regression.plugin.common import exception_reason, report_reason, traceback_frames, \
     uses_fixture
-from regression.plugin.relay import in_worker
+from regression.plugin.worker_messages import in_worker
 from regression.plugin.state import OUTCOME
 from regression.report import largest_relative
 from regression.plugin.verdict import FAIL, NOTE, SKIP, Case, Verdict, changes_nothing, \

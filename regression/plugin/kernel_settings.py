@@ -8,7 +8,7 @@ import pytest
 from regression.environment import determinism
 from regression.plugin.common import uses_fixture
 from regression.plugin.recording_run import RecordingRun
-from regression.plugin.relay import CONTROLLER, role
+from regression.plugin.worker_messages import CONTROLLER, role
 
 
 class KernelSettings:

@@ -8,7 +8,7 @@ import pytest
 from regression.errors import RegressionError
 from regression.plugin.beside_check import BesideCheckRun
 from regression.plugin.kernel_settings import KernelSettings
-from regression.plugin.recording_run import Keeper, RecordingRun
+from regression.plugin.recording_run import CaseHandler, RecordingRun
 from regression.plugin.reproduce import Reproducer
 from regression.plugin.result_writer import ResultWriter
 from regression.plugin.store_cases import CaseStorer
@@ -47,7 +47,7 @@ def register(config: pytest.Config, job: RecordingJob, mode_plugin: str) -> None
     guard.enter_workdir()
 
 
-def keeper_for(run: RecordingRun, job: RecordingJob) -> Keeper:
+def keeper_for(run: RecordingRun, job: RecordingJob) -> CaseHandler:
     """The plugin that keeps what the job's kind wants of each case."""
     if isinstance(job, RecordJob):
         return CaseStorer(run, job)

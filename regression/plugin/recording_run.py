@@ -15,7 +15,7 @@ import pytest
 from regression.errors import RegressionError, error_data
 from regression.environment.fingerprint import environment_parts, packages_in
 from regression.plugin.common import report_reason
-from regression.plugin.relay import ERROR, Relay
+from regression.plugin.worker_messages import ERROR, WorkerMessages
 from regression.plugin.tree_watch import own_reads
 from regression.run.job import RecordingJob, TraceJob
 from regression.store.cache import Entry
@@ -28,7 +28,7 @@ NOT_COLLECTABLE = "could not be collected at the reference: "
 """The start of why a case that failed to collect at the reference is not in it."""
 
 
-class Keeper(Protocol):
+class CaseHandler(Protocol):
     """What a recording does with each case, as its job's kind says: store it, compare it
     with the stored one, or trace it."""
 
@@ -68,8 +68,8 @@ class RecordingRun:
         """Where the cases run, for why one is absent (explain says where itself)."""
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         """Under pytest-xdist: this worker's id; it stores the cases it ran."""
-        self.keeper: Keeper | None = None
-        self.relay: Relay | None = None
+        self.keeper: CaseHandler | None = None
+        self.relay: WorkerMessages | None = None
         self.absent: dict[str, str] = {}
         """The wanted cases that failed or skipped, and why."""
         self.collect_errors: dict[str, str] = {}
@@ -91,7 +91,7 @@ class RecordingRun:
         self._entry: Entry | None = None
 
     @property
-    def keeps(self) -> Keeper:
+    def keeps(self) -> CaseHandler:
         assert self.keeper is not None
         return self.keeper
 

@@ -14,7 +14,7 @@ import pytest
 from regression.errors import RegressionError, error_data, error_from_data
 from regression.plugin.common import crash_reason
 from regression.plugin.recording_run import RecordingRun
-from regression.plugin.relay import CONTROLLER, ERROR, SOLO, attach, role
+from regression.plugin.worker_messages import CONTROLLER, ERROR, SOLO, attach, role
 from regression.run.job import decode
 from regression.run.types import RecordResult
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Protocol
 import pytest
 
 from regression.errors import RegressionError
-from regression.plugin.ledger import Ledger
-from regression.plugin.relay import LINE, REFUSAL, Relay, attach
+from regression.plugin.case_accounts import CaseAccounts
+from regression.plugin.worker_messages import LINE, REFUSAL, WorkerMessages, attach
 from regression.run.job import GEN_ONLY, CheckJob
 from regression.run.types import CheckResult
 
@@ -96,7 +96,7 @@ class CheckState:
         self.job = job
         """Set when invoke started this run: the resolved reference, shard and gen policy."""
         self.recorder = recorder
-        self.ledger = Ledger()
+        self.ledger = CaseAccounts()
         self.references: ReadyReferences | None = None
         """The references this run checks against, once they are ready."""
         self.subject_root = Path(job.subject_root).resolve() if job and job.subject_root \
@@ -109,7 +109,7 @@ class CheckState:
         """config.yaml's: invoke read it and handed it over in the job, or read once here."""
         self._device_ready = False
         self._determinism_applied = False
-        self.relay: Relay = attach(config, self._relayed)
+        self.relay: WorkerMessages = attach(config, self._relayed)
 
     @property
     def label(self) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 from regression import github
 from regression.plugin.chart import difference_chart
 from regression.errors import RegressionError
-from regression.plugin.ledger import Ledger
+from regression.plugin.case_accounts import CaseAccounts
 from regression.report import markdown_summary
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def require_step_summary() -> None:
         github.append(github.STEP_SUMMARY, "")
 
 
-def stale_of(ledger: Ledger, declarations: Sequence[Declaration]) -> list[Declaration]:
+def stale_of(ledger: CaseAccounts, declarations: Sequence[Declaration]) -> list[Declaration]:
     """The declarations of the cases this run found identical."""
     if not declarations:
         return []
@@ -32,7 +32,7 @@ def stale_of(ledger: Ledger, declarations: Sequence[Declaration]) -> list[Declar
     return stale(declarations, ledger.outcomes.values())
 
 
-def write_step_summary(ledger: Ledger, declarations: Sequence[Declaration] = ()) -> None:
+def write_step_summary(ledger: CaseAccounts, declarations: Sequence[Declaration] = ()) -> None:
     """The run's report as Markdown in $GITHUB_STEP_SUMMARY, where GitHub shows it."""
     if os.environ.get(github.STEP_SUMMARY) and ledger.outcomes:
         try:

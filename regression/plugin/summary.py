@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import pytest
 
-from regression.plugin.ledger import Ledger
-from regression.plugin.relay import in_worker
+from regression.plugin.case_accounts import CaseAccounts
+from regression.plugin.worker_messages import in_worker
 from regression.plugin.step_summary import stale_of
 from regression.report import github_annotations, summary_lines
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class Summary:
     """A pytest plugin: the torch-regression section at the end of the terminal report."""
 
-    def __init__(self, config: pytest.Config, ledger: Ledger,
+    def __init__(self, config: pytest.Config, ledger: CaseAccounts,
                  declarations: Sequence[Declaration] = ()) -> None:
         self.config = config
         self.ledger = ledger

@@ -11,7 +11,7 @@ import pytest
 from regression.errors import DeterminismError
 from regression.plugin.common import exception_reason, traceback_frames, uses_fixture
 from regression.plugin.recording_run import RecordingRun
-from regression.plugin.relay import CONTROLLER, SOLO, role
+from regression.plugin.worker_messages import CONTROLLER, SOLO, role
 from regression.run.job import PROGRESS
 
 if TYPE_CHECKING:  # torch is imported only once a test uses the fixture

@@ -24,7 +24,7 @@ from regression.repository.worktree import prune_stale_worktrees, reference_work
 from regression.references.recorder import nothing_recordable, outcome, planned_locked, \
     read_only_plan, record_job, recording_args, require_all_ran, still_valid
 from regression.run import overlap
-from regression.run.handoff import Handoff, answer_shared, send_cases
+from regression.run.handoff import HandedOverCases, answer_shared, send_cases
 from regression.run.job import Beside, RecordJob
 from regression.run.launch import before_exit, let_finish, start_pytest
 from regression.run.types import Echo, Generation, Pending, Reference, Suite
@@ -134,7 +134,7 @@ class RecordingBeside:
         self.handoff.close()
         self.stack.close()
 
-    def _start(self) -> tuple[subprocess.Popen[str], Handoff, int]:
+    def _start(self) -> tuple[subprocess.Popen[str], HandedOverCases, int]:
         """The recording's process; the check run's end of the pipe it hands cases over on,
         and of the one its cases go to it on."""
         reference, stack = self.reference, self.stack
@@ -156,7 +156,7 @@ class RecordingBeside:
             os.close(handoff_write)
             os.close(cases_read)
         stack.callback(self._close_cases)
-        return child, Handoff(handoff_read, self._touched), cases_write
+        return child, HandedOverCases(handoff_read, self._touched), cases_write
 
     def _touched(self, touched: dict[str, object]) -> None:
         """The recording's cases have ended (the reader's thread): tell it what of what it

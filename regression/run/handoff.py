@@ -89,7 +89,7 @@ def hand_over(fd: int, body: Mapping[str, object]) -> bool:
     return True
 
 
-class Handoff:
+class HandedOverCases:
     """The check run's end of the pipe: a thread keeps what arrives, so the recording never
     waits for the check run; `wait_for` waits for one case, or for the pipe's end."""
 

@@ -21,7 +21,7 @@ BROKEN = "raise ImportError('subj is broken at this commit')\n"
 def assert_clean(text: str, tracebacks: int = 0) -> None:
     """No sign of a crash: no INTERNALERROR, no traceback but those the message quotes, no
     relay in transit."""
-    for sign in ("INTERNALERROR", "no active workers", "RelayMessage", "warnings summary"):
+    for sign in ("INTERNALERROR", "no active workers", "WorkerMessage", "warnings summary"):
         assert sign not in text, text
     assert text.count("Traceback") == tracebacks, text
 
@@ -178,7 +178,7 @@ def test_a_worker_that_crashes_in_a_case_is_an_error_naming_it(crash_repo: Repo)
 
 
 RELAYING = """\
-from regression.plugin.relay import LINE, PLUGIN, in_worker
+from regression.plugin.worker_messages import LINE, PLUGIN, in_worker
 
 
 def pytest_collection_modifyitems(config, items):

@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from regression.run.handoff import Handoff, hand_over
+from regression.run.handoff import HandedOverCases, hand_over
 
 
-def _pipe() -> tuple[Handoff, int]:
+def _pipe() -> tuple[HandedOverCases, int]:
     read_end, write_end = os.pipe()
-    return Handoff(read_end), write_end
+    return HandedOverCases(read_end), write_end
 
 
 def test_a_case_handed_over_is_returned_once_it_arrives_in_any_order() -> None:
@@ -117,7 +117,7 @@ def test_a_pipe_on_a_descriptor_past_1024_is_read() -> None:
     read_end, write_end = os.pipe()
     os.dup2(read_end, 1500)
     os.close(read_end)
-    handoff = Handoff(1500)
+    handoff = HandedOverCases(1500)
     assert hand_over(write_end, {"nodeid": "t::a"})
     assert handoff.wait_for("t::a", lambda: True) == {"nodeid": "t::a"}
     os.close(write_end)

@@ -1,17 +1,17 @@
-"""Tests of regression.plugin.ledger: a run proves every case it was handed was judged."""
+"""Tests of regression.plugin.case_accounts: a run proves every case it was handed was judged."""
 
 from __future__ import annotations
 
 import json
 
-from regression.plugin.ledger import Ledger, RunFacts
+from regression.plugin.case_accounts import CaseAccounts, RunFacts
 from regression.outcomes import CHANGED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, CaseOutcome
 
 CASES = {f"tests/test_m.py::test_{n}" for n in "abcd"}
 
 
-def handed(*judged: tuple[str, str]) -> Ledger:
-    ledger = Ledger(expected=set(CASES), collected=set(CASES))
+def handed(*judged: tuple[str, str]) -> CaseAccounts:
+    ledger = CaseAccounts(expected=set(CASES), collected=set(CASES))
     for letter, outcome in judged:
         ledger.judge(CaseOutcome(f"tests/test_m.py::test_{letter}", outcome))
     return ledger
@@ -28,7 +28,7 @@ def test_a_case_without_a_verdict_is_unjudged_whatever_else_was_judged() -> None
 
 
 def test_no_expectation_means_nothing_to_prove() -> None:
-    assert Ledger().unjudged() == []
+    assert CaseAccounts().unjudged() == []
 
 
 def test_failing_names_changed_and_errors_and_with_strict_new_and_nondeterministic() -> None:
@@ -76,11 +76,11 @@ def test_a_stopped_run_names_the_case_it_stopped_in_and_those_after() -> None:
 
 
 def test_a_worker_s_ledger_merges_into_its_controller_s_through_json() -> None:
-    worker = Ledger(expected={"t::a", "t::b"}, label="v1 (abc)")
+    worker = CaseAccounts(expected={"t::a", "t::b"}, label="v1 (abc)")
     worker.judge(CaseOutcome("t::a", CHANGED, "d", ("x: 1 differs",), "t.py", 3))
     worker.error("an error")
     worker.durations["t::a"] = 0.5
-    controller = Ledger(expected={"t::c"})
+    controller = CaseAccounts(expected={"t::c"})
     controller.error("an error")
     controller.merge(json.loads(json.dumps(worker.data())))
     assert controller.expected == {"t::a", "t::b", "t::c"}

@@ -10,12 +10,12 @@ import pytest
 
 CONFTEST = '''
 import pytest
-from regression.plugin.relay import Relay
+from regression.plugin.worker_messages import WorkerMessages
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtestloop(session):
     result = yield
-    Relay(session.config, lambda kind, text: None).echo("recording 3 of 3 cases at v1 ...")
+    WorkerMessages(session.config, lambda kind, text: None).echo("recording 3 of 3 cases at v1 ...")
     return result
 '''
 

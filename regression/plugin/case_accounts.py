@@ -22,7 +22,7 @@ class RunFacts:
 
 
 @dataclass
-class Ledger:
+class CaseAccounts:
     """Every case a check run is accountable for, and what became of it."""
 
     expected: set[str] | None = None

@@ -4,7 +4,7 @@ refusals, errors) reaches it once, from the controller, as it happens.
 A worker's own terminal output is never shown, and its `workeroutput` arrives only when it
 ends, which a refused or crashed worker never does. pytest-xdist carries one thing live from
 a worker to its controller for any plugin: the warnings it records. A message travels as a
-`RelayMessage` warning, and the controller takes it out of pytest's warnings summary.
+`WorkerMessage` warning, and the controller takes it out of pytest's warnings summary.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ WorkerDone = Callable[[Any, object], None]
 error it ended with."""
 
 
-class RelayMessage(UserWarning):
+class WorkerMessage(UserWarning):
     """A worker's message on its way to the controller; never a warning to the user."""
 
     def __init__(self, kind: str, text: str) -> None:
@@ -55,7 +55,7 @@ def role(config: pytest.Config) -> str:
     return CONTROLLER if config.pluginmanager.has_plugin("dsession") else SOLO
 
 
-class Relay:
+class WorkerMessages:
     """A pytest plugin: sends from a worker; in the controller, hands each distinct message
     to `receive` once, whichever worker sent it and however often."""
 
@@ -101,15 +101,15 @@ class Relay:
 
     def send(self, kind: str, text: str) -> None:
         """From a worker: `text` goes to the controller now."""
-        message = RelayMessage(kind, text)
-        record = warnings.WarningMessage(message, RelayMessage, __file__, 0)
+        message = WorkerMessage(kind, text)
+        record = warnings.WarningMessage(message, WorkerMessage, __file__, 0)
         self.config.hook.pytest_warning_recorded.call_historic(kwargs={
             "warning_message": record, "when": "collect", "nodeid": "", "location": None})
 
     @pytest.hookimpl(trylast=True)  # after the terminal listed it, so it can be unlisted
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage) -> None:
         message = warning_message.message
-        if in_worker(self.config) or not isinstance(message, RelayMessage):
+        if in_worker(self.config) or not isinstance(message, WorkerMessage):
             return
         self._unlist()
         if (message.kind, message.text) not in self.seen:
@@ -122,13 +122,13 @@ class Relay:
         if reporter is None:
             return
         listed = reporter.stats.get("warnings", [])
-        listed[:] = [w for w in listed if RelayMessage.__name__ not in str(w.message)]
+        listed[:] = [w for w in listed if WorkerMessage.__name__ not in str(w.message)]
         if not listed:
             reporter.stats.pop("warnings", None)
 
 
-def attach(config: pytest.Config, receive: Receive) -> Relay:
+def attach(config: pytest.Config, receive: Receive) -> WorkerMessages:
     """The relay of this run, registered so that a controller hears its workers."""
-    relay = Relay(config, receive)
+    relay = WorkerMessages(config, receive)
     config.pluginmanager.register(relay, PLUGIN)
     return relay
