@@ -243,7 +243,8 @@ class Check:
         except RegressionError as exc:
             self._refuse(exc)
 
-    def _prepare_in_turn(self, everything: list[pytest.Item], selected: set[str]) -> ReadyReferences:
+    def _prepare_in_turn(self, everything: list[pytest.Item], selected: set[str]
+                         ) -> ReadyReferences:
         """xdist's workers of a driven run prepare one at a time: the first records what is
         missing and says so; the others find it recorded, or refuse with its error at once
         instead of recording again."""

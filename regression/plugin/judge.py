@@ -224,7 +224,8 @@ class Judge:
 
         return replace(base, names=tuple(name for name, _ in sink.changed),
                        size=size_of(d.rounding for d in sink.differences) if failure else "",
-                       declared=declared, undeclared=undeclared, status=sink.record.status, stored_reason=sink.record.reason,
+                       declared=declared, undeclared=undeclared, status=sink.record.status,
+                       stored_reason=sink.record.reason,
                        checked=bool(sink.checked), failure=failure,
                        detail=sink.detail() if failure else "",
                        differences=tuple(str(d) for d in sink.differences),

@@ -73,8 +73,9 @@ def _locked_start(suite: Suite, force: bool, echo: Echo, todo: dict[str, Pending
 
 
 class RecordingBeside:
-    """The recording beside the check run: a recording in its own process, in a worktree of the reference, that collects at
-    once and records the cases `begin` hands it, each handed over as it is stored."""
+    """The recording beside the check run: a recording in its own process, in a worktree of
+    the reference, that collects at once and records the cases `begin` hands it, each handed
+    over as it is stored."""
 
     def __init__(self, reference: Reference) -> None:
         self.reference = reference
