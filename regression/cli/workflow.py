@@ -13,6 +13,7 @@ from regression.config.settings import DEFAULT_DURATIONS
 from regression.environment.dependencies import Requirement
 from regression.store.durations import read_durations
 from regression.errors import RegressionError
+from regression.repository.gitcmd import git_process
 
 STARTER_FOLDER = "tests/regression"
 WORKFLOW_PATH = ".github/workflows/regression.yml"
@@ -22,7 +23,7 @@ TEST_FUNCTION = re.compile(r"^\s*(?:async\s+)?def\s+test_?\w*\s*\(", re.MULTILIN
 PYTHON_VERSION = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}(\.[0-9]{1,3})?")
 
 WORKFLOW = '''\
-# Bit-exact regression tests: a pull request against its base commit, a push to main and
+# Bit-exact regression tests: a pull request against its base commit, a push to {branch} and
 # the schedule against config.yaml's reference. Split across {shards} {runners}: {why}.
 # To change that, edit the matrix's shard list.
 # Each shard generates only its own reference and caches it under its own key.
@@ -30,7 +31,7 @@ name: regression
 
 on:
   push:
-    branches: [main]
+    branches: [{branch}]
   pull_request:
   schedule:
     - cron: "23 4 * * 1"  # Mondays: a new runner image or package changes what is recorded
@@ -256,7 +257,23 @@ def workflow_text(root: Path, options: Options, shards: Shards) -> str:
         cache_paths="\n".join(f"            {path}" for path in cache_paths(root)),
         torch_names=_listed(names),
         torch_install=torch_install(requirements, options.device),
-        torch_pattern="|".join(names), torch_regression=json.dumps(TORCH_REGRESSION))
+        torch_pattern="|".join(names), torch_regression=json.dumps(TORCH_REGRESSION),
+        branch=default_branch(root))
+
+
+BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}")
+"""A branch name written into the workflow as it is: no YAML or expression syntax in it."""
+
+
+def default_branch(root: Path) -> str:
+    """The branch whose pushes CI checks against config.yaml's reference: origin's default
+    branch, else the one checked out, else main (also for a name that is no plain one)."""
+    for ref in ("refs/remotes/origin/HEAD", "HEAD"):
+        done = git_process(root, "symbolic-ref", "--quiet", "--short", ref)
+        name = done.stdout.strip().removeprefix("origin/") if done.returncode == 0 else ""
+        if BRANCH.fullmatch(name) and ".." not in name:
+            return name
+    return "main"
 
 
 def _listed(names: list[str]) -> str:

@@ -194,9 +194,11 @@ def test_a_pull_request_is_checked_against_its_base_and_a_push_against_config_ya
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     repo = _library(tmp_path, {"pyproject.toml": _pyproject([])})
+    repo.git("checkout", "-q", "-b", "trunk")  # a default branch not called main
     _init(repo, monkeypatch, capsys)
     data = yaml.safe_load((repo.path / WORKFLOW).read_text())
     assert set(data[True]) == {"push", "pull_request", "schedule", "workflow_dispatch"}
+    assert data[True]["push"] == {"branches": ["trunk"]}
     env = _job(repo)["env"]
     assert env["REFERENCE"] == "${{ github.event.pull_request.base.sha || inputs.reference }}"
     assert env["REGRESSION_REFERENCE_FOR"] == "${{ github.event_name }}"
@@ -573,3 +575,24 @@ def test_an_unknown_device_is_refused_by_the_parser(
         _init_result(repo, monkeypatch, capsys, "--device", "tpu")
     assert stopped.value.code == 2
     assert "argument --device: invalid choice: 'tpu'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("moves,expected", [
+    ([], "main"),
+    ([("checkout", "-q", "-b", "release/2.x")], "release/2.x"),
+    ([("symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/develop"),
+      ("checkout", "-q", "-b", "feature")], "develop"),  # origin's default, not the checkout
+    ([("checkout", "-q", "--detach")], "main"),  # no branch checked out: main
+    ([("checkout", "-q", "-b", "${{x}}")], "main"),  # an expression if written: main instead
+    ([("checkout", "-q", "-b", "a#b")], "main"),  # a YAML comment if written: main instead
+])
+def test_the_push_branch_is_origin_s_default_else_the_checked_out_one_else_main(
+        tmp_path: Path, moves: list[tuple[str, ...]], expected: str) -> None:
+    from regression.cli.workflow import default_branch
+
+    repo = init_repo(tmp_path / "lib", tmp_path / "cache")
+    repo.write("README.md", "lib\n")
+    repo.commit("first")
+    for move in moves:
+        subprocess.run(["git", "-C", str(repo.path), *move], capture_output=True, check=False)
+    assert default_branch(repo.path) == expected
