@@ -130,7 +130,9 @@ def _use_deterministic_algorithms(mode: bool) -> None:
     if "torch._inductor.config" in sys.modules or set_flag is None:
         torch.use_deterministic_algorithms(mode)
         return
-    os.environ[INDUCTOR_ENV] = "1" if mode else "0"
+    value = "1" if mode else "0"
+    if os.environ.get(INDUCTOR_ENV) != value:
+        os.environ[INDUCTOR_ENV] = value
     set_flag(mode, warn_only=False)
 
 
@@ -159,7 +161,7 @@ def drift(settings: Determinism) -> list[str]:
     problems += [f"torch.backends.cuda.matmul.{flag} is True, but the key says reduced-"
                  "precision reductions are off" for flag in REDUCED_PRECISION
                  if getattr(torch.backends.cuda.matmul, flag, False)]
-    now = os.environ.get(CUBLAS_VARIABLE)
+    now = os.environ.get(CUBLAS_VARIABLE) if _cublas_at_start else None
     if _cublas_at_start and now != _cublas_at_start[0]:
         problems.append(f"{CUBLAS_VARIABLE} is {now!r}, but the process started (and the key "
                         f"was made) with {_cublas_at_start[0]!r}")

@@ -8,7 +8,7 @@ the run needs of it (its outcome, in a few lines) is in the ledger.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Generator
 
@@ -17,6 +17,7 @@ import pytest
 from regression.errors import RegressionError, StoreError
 from regression.plugin.common import exception_reason, report_reason, traceback_frames, \
     uses_fixture
+from regression.plugin.case_accounts import outcome_data
 from regression.plugin.worker_messages import in_worker
 from regression.plugin.state import OUTCOME
 from regression.report import largest_relative
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
     from regression.store.record import CaseRecord
 
 FIX = "run `invoke gen` to record it"
+
+
+class _NoEntry(Exception):
+    """The run's cache entry is not there (any more)."""
 
 
 class Judge:
@@ -45,6 +50,9 @@ class Judge:
         self.waited: dict[str, float] = {}
         """Seconds a case waited for its reference from the recording beside the run: not
         the case's own time, which shards are balanced by."""
+        self._entry_verified = False
+        """Whether the entry's identity was verified in this run: once is enough, as every
+        record names the entry's key (a record of another entry is refused)."""
         self.failed_on_outputs: set[str] = set()
         """Cases under way that pytest_runtest_call failed because their outputs differ."""
         from regression.declarations import by_case
@@ -95,11 +103,15 @@ class Judge:
                 self.waited[item.nodeid] = time.perf_counter() - began
             if record is not None:
                 return record, self._stale(record, item)
-        if not entry.exists():
-            return None, f"no reference {label} is recorded for this environment; {FIX}"
         try:
-            entry.verify_identity()
+            if not self._entry_verified:  # once a run: each record names the entry's key
+                self._require_entry()
+                self._entry_verified = True
             record = entry.load_case(item.nodeid)
+            if record is None:
+                self._require_entry()  # an entry removed while the run ran: say so
+        except _NoEntry:
+            return None, f"no reference {label} is recorded for this environment; {FIX}"
         except StoreError as exc:
             return None, f"the stored reference cannot be trusted ({exc}); {FIX} again"
         except RegressionError as exc:
@@ -107,6 +119,15 @@ class Judge:
         if record is None:
             return None, f"no reference is recorded for this case at {label}; {FIX}"
         return record, self._stale(record, item)
+
+    def _require_entry(self) -> None:
+        """Raise _NoEntry when the run's cache entry is missing, CacheError when it is not
+        this environment's."""
+        references = self.state.references
+        assert references is not None
+        if not references.entry.exists():
+            raise _NoEntry()
+        references.entry.verify_identity()
 
     def _say(self, line: str) -> None:
         """A line for the user while a case runs: past pytest's capture, to the terminal."""
@@ -171,23 +192,23 @@ class Judge:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
+        nodeid = item.nodeid  # pytest builds it anew at each access
         case = uses_fixture(item)
         if case:
             durations = self.ledger.durations  # not the wait for the recording beside it
-            durations[item.nodeid] = durations.get(item.nodeid, 0.0) + max(
-                0.0, report.duration - self.waited.pop(item.nodeid, 0.0))
+            durations[nodeid] = durations.get(nodeid, 0.0) + max(
+                0.0, report.duration - self.waited.pop(nodeid, 0.0))
         if call.excinfo is not None:
             roots = (self.state.config.rootpath.resolve(),)
             error = call.excinfo.value
-            self.error_reasons[item.nodeid] = exception_reason(error, traceback_frames(error),
-                                                               roots)
+            self.error_reasons[nodeid] = exception_reason(error, traceback_frames(error), roots)
         if case and self.state.references is not None:
-            self._judge(item, report)
+            self._judge(item, nodeid, report)
         if case and in_worker(self.state.config):
-            outcome = self.ledger.outcomes.get(item.nodeid)
-            setattr(report, OUTCOME, asdict(outcome) if outcome else {})
+            outcome = self.ledger.outcomes.get(nodeid)
+            setattr(report, OUTCOME, outcome_data(outcome) if outcome else {})
         if report.when == "teardown":
-            self._let_go(item.nodeid)
+            self._let_go(nodeid)
         return report
 
     def _let_go(self, nodeid: str) -> None:
@@ -196,43 +217,46 @@ class Judge:
         self.error_reasons.pop(nodeid, None)
         self.failed_on_outputs.discard(nodeid)
 
-    def _judge(self, item: pytest.Item, report: pytest.TestReport) -> None:
+    def _judge(self, item: pytest.Item, nodeid: str, report: pytest.TestReport) -> None:
         """Give a phase's report of a case its verdict: a case ends identical, changed,
         error, not in reference or nondeterministic, whatever marks and fixtures say."""
         if changes_nothing(report.when, report.outcome):
             return  # a setup or teardown that passed: its verdict keeps it as it is
-        found = verdict(self._case(item, report))
+        found = verdict(self._case(item, nodeid, report))
         if found.outcome is not None:
             self.ledger.judge(found.outcome)
         apply(found, report, str(item.path))
 
-    def _case(self, item: pytest.Item, report: pytest.TestReport) -> Case:
+    def _case(self, item: pytest.Item, nodeid: str, report: pytest.TestReport) -> Case:
         """What is known of the case as this phase of it is reported."""
-        nodeid, sink = item.nodeid, self.sinks.get(item.nodeid)
+        sink = self.sinks.get(nodeid)
         reason = "" if report.passed else \
             self.error_reasons.get(nodeid) or report_reason(report)  # only a failure's is told
-        base = Case(nodeid, report.when, report.outcome, self.state.label, reason,
-                    self.state.strict, self.ledger.outcome_of(nodeid), sink is not None)
+        label, strict, judged = self.state.label, self.state.strict, \
+            self.ledger.outcome_of(nodeid)
         if sink is None:
+            base = Case(nodeid, report.when, report.outcome, label, reason, strict, judged)
             if report.when == "setup" and report.skipped and not base.judged:
                 return self._with_stored(base)
             return base
         path, line, _ = report.location
         failure = sink.failure() or ""
         declared, undeclared = self._declared(nodeid)
+        differences = sink.differences if sink.changed else []
         from regression.declarations import size_of
 
-        return replace(base, names=tuple(name for name, _ in sink.changed),
-                       size=size_of(d.rounding for d in sink.differences) if failure else "",
-                       declared=declared, undeclared=undeclared, status=sink.record.status,
-                       stored_reason=sink.record.reason,
-                       checked=bool(sink.checked), failure=failure,
-                       detail=sink.detail() if failure else "",
-                       differences=tuple(str(d) for d in sink.differences),
-                       unchecked=tuple(sink.unchecked()),
-                       failed_on_outputs=nodeid in self.failed_on_outputs,
-                       path=path, line=(line or 0) + 1,
-                       relative=largest_relative(sink.differences) if failure else None)
+        return Case(nodeid, report.when, report.outcome, label, reason, strict, judged, True,
+                    names=tuple(name for name, _ in sink.changed),
+                    size=size_of(d.rounding for d in differences) if failure else "",
+                    declared=declared, undeclared=undeclared, status=sink.record.status,
+                    stored_reason=sink.record.reason,
+                    checked=bool(sink.checked), failure=failure,
+                    detail=sink.detail() if failure else "",
+                    differences=tuple(str(d) for d in differences),
+                    unchecked=tuple(sink.unchecked()),
+                    failed_on_outputs=nodeid in self.failed_on_outputs,
+                    path=path, line=(line or 0) + 1,
+                    relative=largest_relative(differences) if failure else None)
 
     def _with_stored(self, case: Case) -> Case:
         """A case skipped before the fixture: what its stored record says, or why none can

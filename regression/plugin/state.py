@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -119,8 +120,9 @@ class CheckState:
     def gen_only(self) -> bool:
         return self.job is not None and self.job.gen == GEN_ONLY
 
-    @property
+    @cached_property
     def strict(self) -> bool:
+        """--regression-strict, read once: it is asked of every case."""
         return bool(self.config.getoption("regression_strict"))
 
     def read_settings(self) -> Settings:

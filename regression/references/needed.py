@@ -101,7 +101,7 @@ def _ready(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
     from regression.references.beside import RecordingBeside, record_beside
     from regression.references.recorder import generate, require_valid
     from regression.run.types import Suite, shard_cases
-    from regression.store.cache import Entry
+    from regression.store.cache import KEEP_FOR_CHECK, Entry
 
     settings = reference.settings
     harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
@@ -109,7 +109,7 @@ def _ready(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
     chosen = shard_cases(settings, (i.nodeid for i in items if uses_fixture(i)), spec)
     cases = {i.nodeid: harness.of(i.path) for i in items if i.nodeid in chosen}
     entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
-                  reference=reference.sha)
+                  reference=reference.sha, keep=KEEP_FOR_CHECK)
     subject_root = Path(job.subject_root) if job and job.subject_root else None
     suite = Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
                   workers=job.workers if job else 0,

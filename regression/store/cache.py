@@ -7,6 +7,7 @@ import os
 import stat
 import time
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -22,6 +23,10 @@ from regression.store.record import (TENSOR_FILE, CaseRecord, Output, StagedCase
 FORMAT = int(FORMAT_VERSION)
 _NO_FOLLOW_OR_BLOCK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
+
+KEEP_FOR_CHECK = 64 << 20
+"""Bytes of small tensor files a check run's plan keeps, once verified, for the cases that
+load them: each is read once, not twice, and memory stays bounded whatever the suite."""
 
 RACY_NS = 2_000_000_000
 """A file written this recently may be written again without its times changing (they tick
@@ -71,7 +76,7 @@ class Entry:
     """The cached reference for one environment fingerprint."""
 
     def __init__(self, cache_dir: Path, parts: Mapping[str, str], made_by: str = "",
-                 reference: str = "") -> None:
+                 reference: str = "", keep: int = 0) -> None:
         self.parts = dict(parts)
         self.made_by = made_by
         """The command that created the entry when it was not gen or test ("bisect"): shown
@@ -86,8 +91,12 @@ class Entry:
         self._case_paths: dict[str, Path] = {}
         """Each case's record path, joined once (a case's path is wanted several times)."""
         self._layouts: dict[Path, Layout] = {}
-        """Tensor files the plan verified, by path: the check that loads one reads it again
-        for its values, but hashes and parses it again only if it changed since."""
+        """Tensor files the plan verified, by path: the check that loads one takes the bytes
+        the plan kept, or reads it again, but hashes and parses it again only if it changed
+        since."""
+        self._keep = keep
+        """Bytes of verified tensor files the plan may still keep for the check that loads
+        them (read once, not twice); 0 where nothing loads them (gen)."""
         self._tensor_index: dict[str, set[str]] = {}
         """Tensor files in the cases folder by case id, listed once (see _tensor_files)."""
         self._verified: dict[Path, tuple[Stamp, Any]] = {}
@@ -332,9 +341,12 @@ class Entry:
         stored: set[str] = set()
         if body["tensors"]:
             path = self.cases / body["tensors"]["file"]
-            layout = verified_layout(path, body["tensors"]["digest"])
-            if settled(layout.stamp):
+            layout = verified_layout(path, body["tensors"]["digest"], keep=self._keep > 0)
+            if layout.data is not None and len(layout.data) <= self._keep:
+                self._keep -= len(layout.data)
                 self._layouts[path] = layout
+            elif settled(layout.stamp):
+                self._layouts[path] = replace(layout, data=None)
             stored = {slot.name for slot in layout.slots}
         self._require_tensors(nodeid, wanted, stored)
         return StoredHarness(str(body["harness"]), dict(body["helpers"]))
@@ -372,8 +384,10 @@ class Entry:
             tensors = {}
             if body["tensors"]:
                 path = self.cases / body["tensors"]["file"]
-                tensors = tensors_from_file(path, body["tensors"]["digest"],
-                                            self._layouts.pop(path, None))
+                layout = self._layouts.pop(path, None)
+                if layout is not None and layout.data is not None:
+                    self._keep += len(layout.data)  # let go with the case
+                tensors = tensors_from_file(path, body["tensors"]["digest"], layout)
             self._require_tensors(nodeid, wanted, set(tensors), where)
             outputs = tuple(Output(o["name"], decode(o["value"], tensors))
                             for o in body["outputs"])

@@ -64,9 +64,9 @@ class Encoder:
     def _tensor_node(self, tensor: torch.Tensor, path: tuple[object, ...]) -> Node:
         """A tensor's node: its values by name, or its digest where it is large enough; a
         complex tensor's holds those of its real view, under its complex dtype."""
-        problem = _tensor_problem(tensor, path_label(path))
-        if problem:
-            raise StoreError(f"cannot store {problem}")
+        if tensor.layout != torch.strided or tensor.is_meta or tensor.is_quantized or \
+                tensor.is_nested:  # what _tensor_problem names; its label made only then
+            raise StoreError(f"cannot store {_tensor_problem(tensor, path_label(path))}")
         if self.digest_above is not None and \
                 tensor.numel() * tensor.element_size() > self.digest_above:
             if not tensor.is_complex():

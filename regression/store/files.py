@@ -8,7 +8,7 @@ import os
 import stat
 import tempfile
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -180,13 +180,19 @@ class Layout:
     digest: str
     stamp: Stamp
     slots: tuple[Slot, ...]
+    data: bytearray | None = field(default=None, compare=False, repr=False)
+    """The verified bytes themselves, where the reader keeps them (a small file read whole):
+    the check that loads the file then reads it no second time."""
 
 
 def read_tensor_file(path: Path, expected_digest: str, known: Layout | None = None
                      ) -> tuple[bytearray, tuple[Slot, ...] | None]:
     """The bytes of a tensor file, read once into one buffer. Its content hash is checked,
     unless `known` verified this very file with this digest and its stamp has not changed
-    since (any write changes it); then its slots come too, and None otherwise."""
+    since (any write changes it); then its slots come too, and None otherwise. The bytes
+    `known` kept are used as they are: they are what was verified."""
+    if known is not None and known.data is not None and known.digest == expected_digest:
+        return known.data, known.slots
     handle, size = _opened_regular(path)
     try:
         data = _fill(path, handle, bytearray(size))
@@ -281,14 +287,18 @@ def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
     return {slot.name for slot in verified_layout(path, expected_digest).slots}
 
 
-def verified_layout(path: Path, expected_digest: str) -> Layout:
+def verified_layout(path: Path, expected_digest: str, keep: bool = False) -> Layout:
     """A safetensors file's layout, after checking its hash and layout in one streaming pass,
-    without torch and without unpickling; memory stays small whatever the file's size."""
+    without torch and without unpickling; memory stays small whatever the file's size. With
+    `keep`, a file small enough to be read whole keeps its bytes in the layout."""
     handle, size = _opened_regular(path)
+    kept = None
     try:
         if size <= WHOLE:  # most are small: one read, no stream
-            data = bytes(_fill(path, handle, bytearray(size)))
-            content_digest, header = digest(data), data[:LENGTH_BYTES + _length_or_0(data)]
+            data = _fill(path, handle, bytearray(size))
+            content_digest = digest(data)
+            header = bytes(data[:LENGTH_BYTES + _length_or_0(data)])
+            kept = data if keep else None
         else:
             with open(handle, "rb", closefd=False) as stream:
                 content_digest, header, size = _hash_with_header(path, stream)
@@ -304,13 +314,13 @@ def verified_layout(path: Path, expected_digest: str) -> Layout:
         slots = parse_header(header[LENGTH_BYTES:LENGTH_BYTES + length], size)
     except ValueError as exc:
         raise StoreError(f"{path} is not a valid safetensors file: {exc}") from None
-    return Layout(expected_digest, found, tuple(slots))
+    return Layout(expected_digest, found, tuple(slots), kept)
 
 
-def _length_or_0(data: bytes) -> int:
+def _length_or_0(data: bytes | bytearray) -> int:
     """The header length a file's first bytes give; 0 when they give none that fits."""
     try:
-        return header_length(data[:LENGTH_BYTES], len(data))
+        return header_length(bytes(data[:LENGTH_BYTES]), len(data))
     except ValueError:
         return 0  # not a safetensors file: reported once the hash is known to match
 
