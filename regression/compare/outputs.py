@@ -268,7 +268,6 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
     if reference.shape != actual.shape:
         return Difference(label, f"shape {_signature(actual)}, reference {_signature(reference)}",
                           kind=SHAPES)
-    signature = _signature(actual)
     if reference.is_complex():
         return _compare_complex(resolved(reference), resolved(actual), label, chunk)
     if _same_bits(reference, actual):
@@ -276,7 +275,7 @@ def compare_tensors(reference: torch.Tensor, actual: torch.Tensor, label: str = 
     diff = scan(reference, actual, chunk)
     if not diff.differing:
         return None
-    return Difference(label, f"{signature}: {headline(diff, weight)}",
+    return Difference(label, f"{_signature(actual)}: {headline(diff, weight)}",
                       differing=diff.differing, max_abs=diff.largest_size,
                       max_relative=diff.relative_size if diff.floating else None,
                       lines=tuple(report_lines(diff)), rounding=rounding_level(diff, weight))
