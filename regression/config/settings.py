@@ -296,10 +296,6 @@ class Reader:
                                    f"e.g. {DEFAULT_CACHE_DIR}")
         return value
 
-    def string(self, key: str, default: str) -> str:
-        value = self._typed(key, str, "a string")
-        return default if value is None else value
-
     def threads(self, key: str) -> int:
         """The thread count: from 1 to the CPUs this process may use, for the reason given."""
         value = self.integer(key, 1, minimum=1)
