@@ -277,7 +277,6 @@ def default_branch(root: Path) -> str:
     return "main"
 
 
-
 def check_options(options: Options) -> None:
     """Refuse values that would go into the workflow as anything but what they say."""
     if options.shards is not None and not 1 <= options.shards <= MAX_SHARDS:
@@ -292,7 +291,6 @@ def check_options(options: Options) -> None:
         raise RegressionError(f"--runner {options.runner!r}: {bad[0]!r} is not a runner label; "
                               "give labels of letters, digits, '.', '_' and '-', separated by "
                               "commas, e.g. --runner self-hosted,gpu")
-
 
 
 def workflow_lines(root: Path, options: Options, shards: Shards) -> list[str]:

@@ -74,7 +74,6 @@ class Bisection:
         return len(self.recorded_at)
 
 
-
 def suite_at(suite: Suite, sha: str, cases: list[str]) -> Suite:
     """The suite recorded at `sha`, narrowed to `cases`."""
     reference = at_commit(suite.reference, sha)
