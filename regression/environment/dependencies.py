@@ -65,10 +65,8 @@ def parse(text: str, source: str, optional: bool = False) -> Requirement | None:
 def declared(root: Path) -> list[Requirement]:
     """Every dependency the project at `root` declares, in the order its files list them:
     pyproject.toml, setup.cfg, the torch packages setup.py names, requirements*.txt."""
-    found: list[Requirement] = []
-    for reader in (_pyproject, _setup_cfg, _setup_py, _requirement_files):
-        found += reader(root)
-    return found
+    return [requirement for reader in (_pyproject, _setup_cfg, _setup_py, _requirement_files)
+            for requirement in reader(root)]
 
 
 def _parsed(lines: Iterable[object], source: str, optional: bool) -> list[Requirement]:

@@ -244,12 +244,8 @@ _LIBRARY_PATTERNS = (
 
 
 def _math_libraries(build_config: str) -> str:
-    found = []
-    for label, pattern in _LIBRARY_PATTERNS:
-        match = re.search(pattern, build_config)
-        if match:
-            found.append(f"{label} {match.group(1)}")
-    return "; ".join(found) or "none"
+    return "; ".join(f"{label} {found.group(1)}" for label, pattern in _LIBRARY_PATTERNS
+                     if (found := re.search(pattern, build_config))) or "none"
 
 
 def _kernel_variables(environ: Mapping[str, str]) -> str:
