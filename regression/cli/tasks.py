@@ -20,7 +20,7 @@ from regression.cli.common import DEVICE_HELP, REFERENCE_HELP, current_settings,
     report_path, require_filled, translated
 from regression.cli.diagnose_tasks import bisect, explain
 from regression.config.settings import MAX_REPEAT, Settings
-from regression.declarations import FILE, Declaration, accepted, pruned
+from regression.declarations import FILE, Declaration, accepted, pruned, stale
 from regression.declarations import read as read_declarations
 from regression.declarations import write as write_declarations
 from regression import github
@@ -30,7 +30,7 @@ from regression.environment.fingerprint import device_details, package_lines
 from regression.environment.harness import extra_harness_files, harness_files
 from regression.repository.gitcmd import git_process
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
-from regression.outcomes import CHANGED, IDENTICAL, CaseOutcome
+from regression.outcomes import CHANGED, CaseOutcome
 from regression.report import count, generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
@@ -313,8 +313,8 @@ def _prune(resolved: Reference, existing: Sequence[Declaration],
            outcomes: Sequence[CaseOutcome], selected: bool) -> int:
     """Drop the declarations whose case this run found identical, and (when every case
     ran) those that name no case."""
-    identical = {o.nodeid for o in outcomes if o.outcome == IDENTICAL}
-    drop = [d for d in existing if d.case in identical]
+    drop = stale(existing, outcomes)
+    identical = {d.case for d in drop}
     judged = {o.nodeid for o in outcomes}
     unjudged = [d for d in existing if d.case not in judged]
     if unjudged and not selected:
