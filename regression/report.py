@@ -45,7 +45,7 @@ def changed_detail(changed: Sequence[tuple[str, Sequence[Difference]]]) -> str:
     differ = [_counted(kind, rest[kind]) for kind in KINDS if rest[kind] and
               kind not in KEY_KINDS]
     verb = "differs" if sum(rest[k] for k in rest if k not in KEY_KINDS) == 1 else "differ"
-    also = ([f"{_listed(differ)} {verb}"] if differ else []) + \
+    also = ([f"{listed(differ)} {verb}"] if differ else []) + \
         [_counted(kind, rest[kind]) for kind in KEY_KINDS if rest[kind]]
     line = str(first) + (f"; also {'; '.join(also)}" if also else "")
     others = [other for other, _ in changed if other != name]
@@ -56,21 +56,26 @@ def changed_detail(changed: Sequence[tuple[str, Sequence[Difference]]]) -> str:
     return f"{line} (and {more}: {', '.join(repr(other) for other in others)})"
 
 
-def _counted(kind: str, count: int) -> str:
-    """`count` differences of one kind, in words: 2 more values, 1 shape, the key order,
+def _counted(kind: str, number: int) -> str:
+    """`number` differences of one kind, in words: 2 more values, 1 shape, the key order,
     3 keys missing."""
     if kind == "order":
-        return "the key order" if count == 1 else f"the key order of {count} mappings"
-    keys = "key" if count == 1 else "keys"
+        return "the key order" if number == 1 else f"the key order of {number} mappings"
     if kind in ("keys missing", "keys added"):
         where = "missing" if kind == "keys missing" else "not in reference"
-        return f"{count} {keys} {where}"
-    word = {"values": "more value", "shapes": "shape", "dtypes": "dtype"}.get(kind, kind)
-    return f"{count} {word}{'' if count == 1 else 's'}"
+        return f"{count(number, 'key')} {where}"
+    return count(number, {"values": "more value", "shapes": "shape", "dtypes": "dtype"}
+                 .get(kind, kind))
 
 
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+def listed(items: list[str]) -> str:
+    """torch, torchvision and torchaudio."""
+    return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def count(number: int, noun: str) -> str:
+    """1 case, 2 cases."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def largest_relative(differences: Iterable[Difference]) -> float | None:
@@ -88,7 +93,7 @@ def summary_lines(reference: str, outcomes: Iterable[CaseOutcome],
     total = len(outcomes)
     head = ", ".join(f"{counts[name]} {_plural(name, counts[name])}"
                      for name in _shown(counts))
-    lines = [f"reference {reference}: {total} {'case' if total == 1 else 'cases'}: {head}"]
+    lines = [f"reference {reference}: {count(total, 'case')}: {head}"]
     if total and counts[IDENTICAL] == total:
         lines.append(f"every case is bit-identical to the reference ({total} of {total})")
     for outcome in outcomes:
@@ -225,10 +230,8 @@ def not_run_lines(missing: Sequence[str], total: int, why: Callable[[str], str],
 def generation_lines(generation: Generation) -> list[str]:
     """What a generation did, for the terminal."""
     if not generation.recorded and not generation.absent:
-        reused = generation.reused
-        cases = "case" if reused == 1 else "cases"
-        return [f"reference up to date: {reused} {cases} reused from the cache, nothing "
-                "generated"]
+        return [f"reference up to date: {count(generation.reused, 'case')} reused from the "
+                "cache, nothing generated"]
     lines = [f"recorded {len(generation.recorded)} cases, reused {generation.reused}"]
     lines += [hanging(f"not in reference: {nodeid}: {reason}")
               for nodeid, reason in generation.absent.items()]

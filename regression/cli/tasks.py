@@ -20,7 +20,7 @@ from regression.cli.common import DEVICE_HELP, REFERENCE_HELP, current_settings,
     report_path, require_filled, translated
 from regression.cli.diagnose_tasks import bisect, explain
 from regression.config.settings import MAX_REPEAT, Settings
-from regression.declarations import FILE, Declaration, accepted, pruned
+from regression.declarations import FILE, Declaration, accepted, pruned, stale
 from regression.declarations import read as read_declarations
 from regression.declarations import write as write_declarations
 from regression import github
@@ -30,8 +30,8 @@ from regression.environment.fingerprint import device_details, package_lines
 from regression.environment.harness import extra_harness_files, harness_files
 from regression.repository.gitcmd import git_process
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
-from regression.outcomes import CHANGED, IDENTICAL, CaseOutcome
-from regression.report import generation_lines
+from regression.outcomes import CHANGED, CaseOutcome
+from regression.report import count, generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
     restore_key, run_check
@@ -313,8 +313,8 @@ def _prune(resolved: Reference, existing: Sequence[Declaration],
            outcomes: Sequence[CaseOutcome], selected: bool) -> int:
     """Drop the declarations whose case this run found identical, and (when every case
     ran) those that name no case."""
-    identical = {o.nodeid for o in outcomes if o.outcome == IDENTICAL}
-    drop = [d for d in existing if d.case in identical]
+    drop = stale(existing, outcomes)
+    identical = {d.case for d in drop}
     judged = {o.nodeid for o in outcomes}
     unjudged = [d for d in existing if d.case not in judged]
     if unjudged and not selected:
@@ -416,17 +416,13 @@ def key_code_line(root: Path, tests: Sequence[str], found: int) -> str:
     file named in `tests` is no folder, and is hashed as its cases' harness."""
     folders = [t for t in tests if not (root / t).is_file()]
     files = [t for t in tests if (root / t).is_file()]
-    parts = [f"{_counted(found, 'Python file')} under {', '.join(folders)} (the helpers the "
+    parts = [f"{count(found, 'Python file')} under {', '.join(folders)} (the helpers the "
              "tests may import; those found while recording are also checked per case)"
              ] if folders else []
     if files:
         parts.append(f"{'the file' if len(files) == 1 else 'the files'} {', '.join(files)}, "
                      "hashed as the harness of its cases (above)")
     return f"test code: {'; '.join(parts)}"
-
-
-def _counted(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _harness_lines(suite: Suite) -> list[str]:
@@ -440,7 +436,7 @@ def _harness_lines(suite: Suite) -> list[str]:
                           for path in harness_files(root / test, root, extra))
     names = [path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
              for path in found]
-    return [f"harness: {_counted(len(suite.cases), 'case')} in {_counted(len(tests), 'file')}, "
+    return [f"harness: {count(len(suite.cases), 'case')} in {count(len(tests), 'file')}, "
             "hashed with:",
             *(f"  {name}" for name in names)]
 

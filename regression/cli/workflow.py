@@ -14,6 +14,7 @@ from regression.environment.dependencies import Requirement
 from regression.store.durations import read_durations
 from regression.errors import RegressionError
 from regression.repository.gitcmd import git_process
+from regression.report import listed
 
 STARTER_FOLDER = "tests/regression"
 WORKFLOW_PATH = ".github/workflows/regression.yml"
@@ -255,7 +256,7 @@ def workflow_text(root: Path, options: Options, shards: Shards) -> str:
         python=options.python,
         runs_on=labels[0] if len(labels) == 1 else f"[{', '.join(labels)}]",
         cache_paths="\n".join(f"            {path}" for path in cache_paths(root)),
-        torch_names=_listed(names),
+        torch_names=listed(names),
         torch_install=torch_install(requirements, options.device),
         torch_pattern="|".join(names), torch_regression=json.dumps(TORCH_REGRESSION),
         branch=default_branch(root))
@@ -276,12 +277,6 @@ def default_branch(root: Path) -> str:
     return "main"
 
 
-def _listed(names: list[str]) -> str:
-    """torch, torchvision and torchaudio."""
-    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-
 def check_options(options: Options) -> None:
     """Refuse values that would go into the workflow as anything but what they say."""
     if options.shards is not None and not 1 <= options.shards <= MAX_SHARDS:
@@ -298,7 +293,6 @@ def check_options(options: Options) -> None:
                               "commas, e.g. --runner self-hosted,gpu")
 
 
-
 def workflow_lines(root: Path, options: Options, shards: Shards) -> list[str]:
     """What init chose for the workflow, and why: its runners and how torch is installed."""
     requirements = torch_requirements(root)
@@ -306,7 +300,7 @@ def workflow_lines(root: Path, options: Options, shards: Shards) -> list[str]:
     return [
         f"workflow: {shards.count} {'runner' if shards.count == 1 else 'runners'} "
         f"({shards.why}); --shards N, or the matrix's shard list, changes it",
-        f"workflow: {_listed([r.name for r in requirements])} from "
+        f"workflow: {listed([r.name for r in requirements])} from "
         f"{TORCH_INDEXES[options.device]}, in one pip command before the library (other "
         f"torch packages your project declares: {declared})",
     ]

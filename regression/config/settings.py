@@ -212,16 +212,15 @@ class Reader:
         inner = Reader(self.path, value, f"{self.prefix}{key}.", self._line(key))
         return {str(name): inner.revision(str(name), required=True) for name in value}
 
-    def names(self, key: str, required: bool, subject: bool = False) -> tuple[str, ...]:
-        value = self._get(key, required)
-        if value is None:
-            return ()
+    def packages(self, key: str) -> tuple[str, ...]:
+        """The subject's packages: required, each a name a subject package may have."""
+        value = self._get(key, required=True)
         if isinstance(value, str):
             value = [value]
-        if not isinstance(value, list) or not value and required:
+        if not isinstance(value, list) or not value:
             raise self.error(key, "must be a non-empty list of names")
         for item in value:
-            problem = name_problem(item) or (subject_problem(item) if subject else "")
+            problem = name_problem(item) or subject_problem(item)
             if problem:
                 raise self.error(key, problem)
             if value.count(item) > 1:
@@ -295,10 +294,6 @@ class Reader:
             raise self.error(key, f"{value!r} {problem}; name a folder of its own, "
                                    f"e.g. {DEFAULT_CACHE_DIR}")
         return value
-
-    def string(self, key: str, default: str) -> str:
-        value = self._typed(key, str, "a string")
-        return default if value is None else value
 
     def threads(self, key: str) -> int:
         """The thread count: from 1 to the CPUs this process may use, for the reason given."""
@@ -514,7 +509,7 @@ def _settings_from(path: Path, raw: dict[str, Any]) -> Settings:
         path=path,
         reference=reader.revision("reference", required=True),
         references=reader.mapping_of_revisions("references"),
-        subject_packages=subject.names("packages", required=True, subject=True),
+        subject_packages=subject.packages("packages"),
         subject_path=subject.relative_path("path", "."),
         tests=reader.relative_paths("tests", ("tests",), non_empty=True),
         harness=reader.relative_paths("harness", ()),

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable
 from regression.errors import RegressionError
 from regression.repository.gitcmd import git_process, run_git, short
 from regression.references.recorder import find_nondeterministic, generate
+from regression.report import count
 from regression.run.types import Reference, Suite, at_commit
 from regression.store.cache import Entry
 from regression.store.inventory import BISECT
@@ -71,11 +72,6 @@ class Bisection:
     @property
     def recorded(self) -> int:
         return len(self.recorded_at)
-
-
-
-def count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def suite_at(suite: Suite, sha: str, cases: list[str]) -> Suite:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from regression.diagnose.bisect import Bisection, Change, count
+from regression.diagnose.bisect import Bisection, Change
 from regression.repository.gitcmd import short
+from regression.report import count
 
 
 def scan_lines(result: Bisection, subject_line: Callable[[str], str]) -> list[str]:

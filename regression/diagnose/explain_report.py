@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from regression.diagnose.explain import DIFF, LAYOUT, UNKNOWN
 from regression.diagnose.explain import Explanation
+from regression.report import count
 
 if TYPE_CHECKING:
     from regression.diagnose.trace import Call
@@ -51,7 +52,7 @@ def _not_found_lines(result: Explanation) -> list[str]:
                 "parameters that differ, above, or by code between module calls), so the "
                 "calls cannot be compared through them: look at those weights first"]
     if result.generators_drawn:
-        return [f"{head}; {_calls(result.generators_drawn)} drew random numbers from "
+        return [f"{head}; {count(result.generators_drawn, 'call')} drew random numbers from "
                 "generators in another state than at the reference: code before them drew "
                 "other random numbers, or the change is in code between module calls"]
     return [f"{head}: each module given the reference's inputs computes as at the reference, "
@@ -62,13 +63,10 @@ def _not_found_lines(result: Explanation) -> list[str]:
 def _generator_lines(result: Explanation) -> list[str]:
     if not result.generators_aside:
         return []
+    aside = result.generators_aside
     return [f"the random generators' state differs from the reference's as "
-            f"{_calls(result.generators_aside)} started, but {_pronoun(result.generators_aside)} "
-            "drew no random numbers, so the state is set aside in comparing them"]
-
-
-def _calls(count: int) -> str:
-    return f"{count} call{'s' if count != 1 else ''}"
+            f"{count(aside, 'call')} started, but {_pronoun(aside)} drew no random numbers, so "
+            "the state is set aside in comparing them"]
 
 
 def _pronoun(count: int) -> str:

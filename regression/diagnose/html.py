@@ -29,7 +29,6 @@ PLOT_WIDTH, PLOT_HEIGHT = 900, 260
 LEFT, RIGHT, TOP, BOTTOM = 84, 16, 16, 36
 """The plot's margins: labels of the powers of ten on the left, of the calls below."""
 BAR_WIDTH = 120
-MARK_TEXT = {SAME: "same", LAYOUT: "layout", DIFF: "DIFF", NEW: "new", UNKNOWN: "?"}
 MARK_CLASS = {SAME: "same", LAYOUT: "layout", DIFF: "diff", NEW: "new", UNKNOWN: "unknown"}
 LEGEND = {
     SAME: "bit-identical to the reference's",
@@ -172,7 +171,7 @@ def _plot(rows: list[CallRow], found: tuple[str, int] | None, scale: tuple[int, 
         x = LEFT + index * step
         y = TOP + inner_h * (1 - _fraction(row.relative, scale))
         here = row.call.key == found
-        title = escape(f"{_named(row.call)}: outputs {MARK_TEXT[row.outputs]}, max relative "
+        title = escape(f"{_named(row.call)}: outputs {row.outputs}, max relative "
                        f"difference {relative_text(row.relative)}")
         shape = (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{6 if here else 3.5}" '
                  f'class="dot {MARK_CLASS[row.outputs]}{" here" if here else ""}">'
@@ -206,7 +205,7 @@ def _axes(scale: tuple[int, int], inner_w: float, inner_h: float) -> list[str]:
 
 def _legend() -> str:
     """What the marks and the bars mean."""
-    items = "".join(f'<li><span class="mark {MARK_CLASS[mark]}">{MARK_TEXT[mark]}</span>'
+    items = "".join(f'<li><span class="mark {MARK_CLASS[mark]}">{mark}</span>'
                     f"{escape(meaning)}</li>" for mark, meaning in LEGEND.items())
     return (f"<p>Each call: how its inputs, then its outputs, compare with the reference's, "
             f"and its output's largest relative difference (log scale, as above).</p>"
@@ -230,8 +229,7 @@ def _row(row: CallRow, depth: int, found: tuple[str, int] | None, scale: tuple[i
          ) -> str:
     call = row.call
     here = call.key == found
-    marks = "".join(f'<span class="mark {MARK_CLASS[mark]}" title="{which}">'
-                    f"{MARK_TEXT[mark]}</span>"
+    marks = "".join(f'<span class="mark {MARK_CLASS[mark]}" title="{which}">{mark}</span>'
                     for which, mark in (("inputs", row.inputs), ("outputs", row.outputs)))
     note = ' <span class="here-note">&larr; here</span>' if here else ""
     if row.note:

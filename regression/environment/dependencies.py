@@ -65,10 +65,8 @@ def parse(text: str, source: str, optional: bool = False) -> Requirement | None:
 def declared(root: Path) -> list[Requirement]:
     """Every dependency the project at `root` declares, in the order its files list them:
     pyproject.toml, setup.cfg, the torch packages setup.py names, requirements*.txt."""
-    found: list[Requirement] = []
-    for reader in (_pyproject, _setup_cfg, _setup_py, _requirement_files):
-        found += reader(root)
-    return found
+    return [requirement for reader in (_pyproject, _setup_cfg, _setup_py, file_requirements)
+            for requirement in reader(root)]
 
 
 def _parsed(lines: Iterable[object], source: str, optional: bool) -> list[Requirement]:
@@ -158,13 +156,9 @@ def is_runtime(path: Path) -> bool:
     return not words & NOT_RUNTIME
 
 
-def runtime_requirements(root: Path) -> list[Requirement]:
-    """What the runtime requirement files at `root` declare (is_runtime), each named as the
-    file it was read from (requirements.txt, requirements/base.txt)."""
-    return _requirement_files(root, runtime_only=True)
-
-
-def _requirement_files(root: Path, runtime_only: bool = False) -> list[Requirement]:
+def file_requirements(root: Path, runtime_only: bool = False) -> list[Requirement]:
+    """What the requirement files at `root` declare (`runtime_only`: the runtime ones, see
+    is_runtime), each named as its file (requirements.txt, requirements/base.txt)."""
     found = []
     for path in requirement_files(root):
         if runtime_only and not is_runtime(path):

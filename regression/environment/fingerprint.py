@@ -15,7 +15,7 @@ import xxhash
 
 from regression.config.settings import Settings
 from regression.environment.dependencies import Requirement, distribution_requirements, distributions_of, \
-    normalized, project_name, runtime_requirements
+    file_requirements, normalized, project_name
 from regression.environment.dependencies import declared as declared_requirements
 from regression.environment.determinism import no_cuda_message
 from regression.errors import DeterminismError
@@ -166,7 +166,7 @@ def subject_requirements(settings: Settings) -> tuple[list[Requirement], str]:
         found, why_not = _project_requirements(settings)
         if not why_not:
             sources.append(f"{project}'s pyproject.toml/setup.cfg (it is not installed)")
-    files = runtime_requirements(settings.root)
+    files = file_requirements(settings.root, runtime_only=True)
     found += files
     sources += dict.fromkeys(r.source for r in files)
     required = [r for r in found if not r.optional]
@@ -244,12 +244,8 @@ _LIBRARY_PATTERNS = (
 
 
 def _math_libraries(build_config: str) -> str:
-    found = []
-    for label, pattern in _LIBRARY_PATTERNS:
-        match = re.search(pattern, build_config)
-        if match:
-            found.append(f"{label} {match.group(1)}")
-    return "; ".join(found) or "none"
+    return "; ".join(f"{label} {found.group(1)}" for label, pattern in _LIBRARY_PATTERNS
+                     if (found := re.search(pattern, build_config))) or "none"
 
 
 def _kernel_variables(environ: Mapping[str, str]) -> str:

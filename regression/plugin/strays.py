@@ -55,14 +55,6 @@ def is_package_above(path: Path, folders: Sequence[Path]) -> bool:
     return path.name == "__init__.py" and any(f.is_relative_to(path.parent) for f in folders)
 
 
-def require_no_strays(project: Path, allowed: Sequence[Path],
-                      allowed_files: Sequence[Path] = ()) -> None:
-    """Raise StrayImportError naming every module the recording took from the working tree."""
-    stray = stray_modules(project, allowed, allowed_files)
-    if stray:
-        raise StrayImportError(f"{stray_message(stray)}\n{NOTHING_STORED}")
-
-
 NOTHING_STORED = "Nothing was stored."
 SUBJECTS = "; the subject's"
 """How the watch marks a file in a subject package's folder."""

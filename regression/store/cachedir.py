@@ -153,14 +153,9 @@ class EntryLock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.lock_file = str(path)
         from filelock import FileLock  # 30 ms to import: only runs that record or prune
 
-        self._lock = FileLock(self.lock_file)
-
-    @property
-    def is_locked(self) -> bool:
-        return self._lock.is_locked
+        self._lock = FileLock(str(path))
 
     def __enter__(self) -> EntryLock:
         ensure_cache_root(self.path.parent)

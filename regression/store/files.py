@@ -155,14 +155,6 @@ def load_verified(path: Path) -> dict[str, Any]:
     return body
 
 
-def read_checked(path: Path, expected_digest: str) -> bytearray:
-    """The bytes of `path`, read once into one buffer, after checking their content hash."""
-    data = read_regular(path)
-    if digest(data) != expected_digest:
-        raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
-    return data
-
-
 Stamp = tuple[int, int, int, int, int]
 """What changes whenever a file is replaced or written: device, inode, size, mtime and ctime
 in ns (ctime cannot be set back)."""
@@ -208,14 +200,10 @@ def read_tensor_file(path: Path, expected_digest: str, known: Layout | None = No
     return data, None
 
 
-def open_regular(path: Path) -> int:
-    """A descriptor to read `path`, opened only if it is a regular file: never through a link,
-    and never a FIFO (opening one waits for a writer) or a device (opening one can act)."""
-    return _opened_regular(path)[0]
-
-
 def _opened_regular(path: Path) -> tuple[int, int]:
-    """open_regular's descriptor, and the file's size as it was opened."""
+    """A descriptor to read `path`, opened only if it is a regular file: never through a link,
+    and never a FIFO (opening one waits for a writer) or a device (opening one can act); and
+    the file's size as it was opened."""
     try:
         _require_regular(path, os.lstat(path).st_mode)  # anything else is never opened
         handle = os.open(path, _READ_FLAGS)
@@ -279,12 +267,6 @@ def _fill(path: Path, handle: int, data: bytearray) -> bytearray:
 
 WHOLE = 1 << 20
 """Bytes of a tensor file verified from one read of it; a larger one is streamed."""
-
-
-def verify_safetensors(path: Path, expected_digest: str) -> set[str]:
-    """The tensor names of a safetensors file, after checking its hash and layout (see
-    verified_layout)."""
-    return {slot.name for slot in verified_layout(path, expected_digest).slots}
 
 
 def verified_layout(path: Path, expected_digest: str, keep: bool = False) -> Layout:

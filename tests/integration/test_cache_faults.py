@@ -29,7 +29,7 @@ from regression.environment.fingerprint import digest
 from regression.store import inventory
 from regression.store.cache import Entry
 from regression.store.record import CaseRecord, Output
-from regression.store.files import MAX_RECORD, dump_verified, load_verified, verify_safetensors
+from regression.store.files import MAX_RECORD, dump_verified, load_verified, verified_layout
 
 MANY_CASES = """\
 import pytest
@@ -743,7 +743,7 @@ def test_tensor_file_that_grows_while_it_is_read_is_read_to_its_size_only(
     writer.start()
     try:
         assert growing.wait(20)
-        message = refused(lambda: verify_safetensors(path, digest(data)), f"{path} ")
+        message = refused(lambda: verified_layout(path, digest(data)), f"{path} ")
     finally:
         done.set()
         writer.join()

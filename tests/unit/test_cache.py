@@ -395,20 +395,23 @@ def test_lock_file_sits_beside_the_entry_folder(tmp_path: Path) -> None:
     entry = Entry(tmp_path / "new-cache", PARTS)
     lock = entry.lock()
     with lock:
-        assert Path(lock.lock_file) == tmp_path / "new-cache" / f"{entry.key}.lock"
-        assert Path(lock.lock_file).is_file()
+        assert lock.path == tmp_path / "new-cache" / f"{entry.key}.lock"
+        assert lock.path.is_file()
 
 
 def test_lock_can_be_taken_again_after_release(entry: Entry) -> None:
     lock = entry.lock()
+    other = filelock.FileLock(lock.path, timeout=0)
     for _ in range(2):
         with lock:
-            assert lock.is_locked
-        assert not lock.is_locked
+            with pytest.raises(filelock.Timeout):
+                other.acquire()
+        with other:
+            assert other.is_locked
 
 
 def test_held_lock_excludes_another_holder(entry: Entry) -> None:
-    other = filelock.FileLock(entry.lock().lock_file, timeout=0)
+    other = filelock.FileLock(entry.lock().path, timeout=0)
     with entry.lock():
         with pytest.raises(filelock.Timeout):
             other.acquire()
@@ -643,10 +646,10 @@ def test_a_lock_file_that_is_a_link_is_replaced_and_its_target_kept(
         entry: Entry, tmp_path: Path) -> None:
     target = elsewhere(tmp_path, "lock") / "precious.txt"
     lock = entry.lock()
-    Path(lock.lock_file).unlink(missing_ok=True)
-    Path(lock.lock_file).symlink_to(target)
+    lock.path.unlink(missing_ok=True)
+    lock.path.symlink_to(target)
     with lock:
-        assert not Path(lock.lock_file).is_symlink()
+        assert not lock.path.is_symlink()
     assert target.read_text() == "keep me\n"
 
 

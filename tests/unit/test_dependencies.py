@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.environment.dependencies import Requirement, declared, is_runtime, parse, project_name, \
-    runtime_requirements
+from regression.environment.dependencies import Requirement, declared, file_requirements, \
+    is_runtime, parse, project_name
 
 PYPROJECT = """\
 [project]
@@ -128,6 +128,6 @@ def test_runtime_requirements_leave_out_development_files(tmp_path: Path) -> Non
     (tmp_path / "requirements").mkdir()
     (tmp_path / "requirements" / "docs.txt").write_text("sphinx\n")
     (tmp_path / "requirements" / "base.txt").write_text("einops\n")
-    assert [(r.name, r.source) for r in runtime_requirements(tmp_path)] == [
+    assert [(r.name, r.source) for r in file_requirements(tmp_path, runtime_only=True)] == [
         ("numpy", "requirements.txt"), ("huggingface-hub", "requirements.txt"),
         ("einops", "requirements/base.txt")]

@@ -20,10 +20,8 @@ from regression.store.files import (
     _opened_regular,
     dump_verified,
     load_verified,
-    read_checked,
     read_tensor_file,
     verified_layout,
-    verify_safetensors,
     write_atomic,
 )
 from regression.environment.fingerprint import digest
@@ -88,22 +86,22 @@ def test_missing_verified_file_is_a_store_error(tmp_path: Path) -> None:
         load_verified(tmp_path / "absent.json")
 
 
-def test_read_checked_returns_bytes_with_the_expected_digest(tmp_path: Path) -> None:
+def test_read_tensor_file_returns_bytes_with_the_expected_digest(tmp_path: Path) -> None:
     (tmp_path / "data.bin").write_bytes(b"payload")
-    assert read_checked(tmp_path / "data.bin", digest(b"payload")) == b"payload"
+    assert read_tensor_file(tmp_path / "data.bin", digest(b"payload"))[0] == b"payload"
 
 
 @pytest.mark.parametrize("stored", [b"payloaD", b"payloa", b"payload!"],
                          ids=["flipped", "truncated", "extended"])
-def test_read_checked_refuses_other_bytes(tmp_path: Path, stored: bytes) -> None:
+def test_read_tensor_file_refuses_other_bytes(tmp_path: Path, stored: bytes) -> None:
     (tmp_path / "data.bin").write_bytes(stored)
     with pytest.raises(StoreError, match="corrupt or truncated"):
-        read_checked(tmp_path / "data.bin", digest(b"payload"))
+        read_tensor_file(tmp_path / "data.bin", digest(b"payload"))
 
 
-def test_read_checked_of_a_missing_file_is_a_store_error(tmp_path: Path) -> None:
+def test_read_tensor_file_of_a_missing_file_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="is missing"):
-        read_checked(tmp_path / "absent.bin", digest(b""))
+        read_tensor_file(tmp_path / "absent.bin", digest(b""))
 
 
 def test_unreadable_path_is_a_store_error(tmp_path: Path) -> None:
@@ -167,44 +165,48 @@ def test_a_failed_write_says_why_in_words_and_names_file_and_folder(
     assert list(tmp_path.iterdir()) == []  # no temporary file, nothing that reads as written
 
 
+def tensor_names(path: Path, expected_digest: str) -> set[str]:
+    return {slot.name for slot in verified_layout(path, expected_digest).slots}
+
+
 def safetensors_bytes() -> bytes:
     return save({"t0": torch.arange(6.0).reshape(2, 3), "t1": torch.tensor([1], dtype=torch.int8)})
 
 
-def test_verify_safetensors_accepts_a_real_file(tmp_path: Path) -> None:
+def test_verified_layout_accepts_a_real_file(tmp_path: Path) -> None:
     data = safetensors_bytes()
     (tmp_path / "t.safetensors").write_bytes(data)
-    assert verify_safetensors(tmp_path / "t.safetensors", digest(data)) == {"t0", "t1"}
+    assert tensor_names(tmp_path / "t.safetensors", digest(data)) == {"t0", "t1"}
 
 
-def test_verify_safetensors_refuses_a_wrong_digest(tmp_path: Path) -> None:
+def test_verified_layout_refuses_a_wrong_digest(tmp_path: Path) -> None:
     (tmp_path / "t.safetensors").write_bytes(safetensors_bytes())
     with pytest.raises(StoreError, match="corrupt or truncated"):
-        verify_safetensors(tmp_path / "t.safetensors", digest(b"other"))
+        tensor_names(tmp_path / "t.safetensors", digest(b"other"))
 
 
 @pytest.mark.parametrize("content", [pickle.dumps({"t0": [1.0]}), b"", safetensors_bytes()[:-4]],
                          ids=["pickle", "empty", "truncated"])
-def test_verify_safetensors_refuses_other_content_with_its_right_digest(
+def test_verified_layout_refuses_other_content_with_its_right_digest(
         tmp_path: Path, content: bytes) -> None:
     (tmp_path / "t.safetensors").write_bytes(content)
     with pytest.raises(StoreError, match="not a valid safetensors file"):
-        verify_safetensors(tmp_path / "t.safetensors", digest(content))
+        tensor_names(tmp_path / "t.safetensors", digest(content))
 
 
 @pytest.mark.parametrize("whole", [1 << 20, 0], ids=["read-whole", "streamed"])
-def test_verify_safetensors_says_the_same_whether_read_whole_or_streamed(
+def test_verified_layout_says_the_same_whether_read_whole_or_streamed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: int) -> None:
     monkeypatch.setattr("regression.store.files.WHOLE", whole)
     data, path = safetensors_bytes(), tmp_path / "t.safetensors"
     path.write_bytes(data)
-    assert verify_safetensors(path, digest(data)) == {"t0", "t1"}
+    assert tensor_names(path, digest(data)) == {"t0", "t1"}
     with pytest.raises(StoreError, match="corrupt or truncated"):
-        verify_safetensors(path, digest(data[:-1]))
+        tensor_names(path, digest(data[:-1]))
     for content in (b"", b"12345678", data[:-4], b"{" + data):
         path.write_bytes(content)
         with pytest.raises(StoreError, match="not a valid safetensors file"):
-            verify_safetensors(path, digest(content))
+            tensor_names(path, digest(content))
 
 
 @pytest.mark.parametrize("change", [b"more", None], ids=["grew", "shrank"])
@@ -224,12 +226,12 @@ def test_a_file_that_changes_size_once_opened_is_refused(tmp_path: Path,
             _fill(path, handle, bytearray(size))
     finally:
         os.close(handle)
-    assert read_checked(path, digest(path.read_bytes())) == path.read_bytes()
+    assert read_tensor_file(path, digest(path.read_bytes()))[0] == path.read_bytes()
 
 
-def test_verify_safetensors_of_a_missing_file_is_a_store_error(tmp_path: Path) -> None:
+def test_verified_layout_of_a_missing_file_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="is missing"):
-        verify_safetensors(tmp_path / "absent.safetensors", digest(b""))
+        tensor_names(tmp_path / "absent.safetensors", digest(b""))
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
@@ -243,29 +245,29 @@ def test_write_atomic_file_mode_follows_the_umask(tmp_path: Path, umask: int, mo
 
 
 @pytest.mark.parametrize("name", [n for n in CRAFTED if n not in ("valid", "bool-byte-2")])
-def test_verify_safetensors_refuses_crafted_layouts(tmp_path: Path, name: str) -> None:
+def test_verified_layout_refuses_crafted_layouts(tmp_path: Path, name: str) -> None:
     data = CRAFTED[name]
     (tmp_path / "t.safetensors").write_bytes(data)
     with pytest.raises(StoreError, match="not a valid safetensors file"):
-        verify_safetensors(tmp_path / "t.safetensors", digest(data))
+        tensor_names(tmp_path / "t.safetensors", digest(data))
 
 
-def test_verify_safetensors_accepts_the_crafted_valid_file(tmp_path: Path) -> None:
+def test_verified_layout_accepts_the_crafted_valid_file(tmp_path: Path) -> None:
     (tmp_path / "t.safetensors").write_bytes(CRAFTED["valid"])
-    assert verify_safetensors(tmp_path / "t.safetensors", digest(CRAFTED["valid"])) == {"a"}
+    assert tensor_names(tmp_path / "t.safetensors", digest(CRAFTED["valid"])) == {"a"}
 
 
-def test_verify_safetensors_checks_the_hash_of_every_byte_past_the_header(
+def test_verified_layout_checks_the_hash_of_every_byte_past_the_header(
         tmp_path: Path) -> None:
     data = craft({"a": entry("U8", [3 << 20], 0, 3 << 20)}, bytes(3 << 20))
     (tmp_path / "t.safetensors").write_bytes(data[:-1] + b"\x01")
     with pytest.raises(StoreError, match="corrupt or truncated"):
-        verify_safetensors(tmp_path / "t.safetensors", digest(data))
+        tensor_names(tmp_path / "t.safetensors", digest(data))
 
 
-def test_read_checked_of_a_folder_is_a_store_error(tmp_path: Path) -> None:
+def test_read_tensor_file_of_a_folder_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot be read"):
-        read_checked(tmp_path, digest(b""))
+        read_tensor_file(tmp_path, digest(b""))
 
 
 def test_a_file_verified_before_is_read_with_its_layout_and_not_hashed_again(
