@@ -117,7 +117,7 @@ def planned_locked(suite: Suite, force: bool, echo: Echo) -> tuple[Generation, d
 
 
 def find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str], echo: Echo
-                           ) -> dict[str, str]:
+                          ) -> dict[str, str]:
     """Record `recorded` again, each time in a new process, `suite.repeat - 1` times; a case
     whose outputs differ from the first recording is stored as nondeterministic."""
     found: dict[str, str] = {}
@@ -160,7 +160,7 @@ def require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
 
 
 def record_cases(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
-            verify: bool = False, full_values: bool = False) -> RecordResult:
+                 verify: bool = False, full_values: bool = False) -> RecordResult:
     """Record `todo` in a new process, the subject from `worktree` (of the reference)."""
     reference = suite.reference
     try:
@@ -176,8 +176,8 @@ def record_cases(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
         raise
 
 
-def run_recording(reference: Reference, job: RecordingJob, echo: Echo, working_tree: bool = False
-               ) -> RecordResult:
+def run_recording(reference: Reference, job: RecordingJob, echo: Echo,
+                  working_tree: bool = False) -> RecordResult:
     """Run a record job in a new process: its result, or its error raised here.
     `working_tree`: the job's subject is the working tree's, not the reference's."""
     settings = reference.settings
