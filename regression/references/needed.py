@@ -3,8 +3,8 @@ check run's (which reaches it through `ready` and `record_alone`, handed to its 
 above), `--full-values`' (`record_values`), bisect's at each commit and explain's traces.
 What differs is data (`Wanted`): which revision and cases (a suite), and how they are got.
 `records_beside` is the one place that decides whether what a check run lacks is recorded
-first or beside it; the object owns a recording started before collection from its start
-to its cancel. In the check run, so a warm run starts no other torch process."""
+first or beside it; the object owns the recording beside from its start to its cancel. The
+check run's object lives in the check process, so a warm run starts no other process."""
 
 from __future__ import annotations
 
