@@ -4,7 +4,7 @@ above), `--full-values`' (`record_values`), bisect's at each commit and explain'
 What differs is data (`Wanted`): which revision and cases (a suite), and how they are got.
 `records_beside` is the one place that decides whether what a check run lacks is recorded
 first or beside it; the object owns the recording beside from its start to its cancel. The
-check run's object lives in the check process, so a warm run starts no other process."""
+check run's object lives in the check process, so a warm run starts no other torch process."""
 
 from __future__ import annotations
 
