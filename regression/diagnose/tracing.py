@@ -51,7 +51,8 @@ def traced(reference: Reference, nodeid: str, folder: Path, echo: Echo) -> tuple
     from regression.store.cache import Entry
 
     traces, references = [], NeededReferences()
-    suite = Suite(reference, {nodeid: ""}, Entry(reference.settings.cache_dir, {}))  # never opened: a trace stores nothing
+    # a trace stores nothing: its entry is never opened
+    suite = Suite(reference, {nodeid: ""}, Entry(reference.settings.cache_dir, {}))
     for working_tree in (False, True):
         where = "in the working tree" if working_tree else f"at {reference.label}"
         echo(f"tracing {nodeid} {where} ...")

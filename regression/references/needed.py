@@ -253,6 +253,6 @@ def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo
         with entry.lock():
             for record in kept:
                 entry.save_case(record)
-        echo(f"the cache keeps the digests of {counted_cases(len(kept))} again: the values recorded "
-             "for this report are not kept")
+        echo(f"the cache keeps the digests of {counted_cases(len(kept))} again: the values "
+             "recorded for this report are not kept")
 
