@@ -35,7 +35,7 @@ from regression.report import count, generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
     restore_key, run_check
-from regression.references.recorder import record_values
+from regression.references.needed import record_values
 from regression.run.types import CheckResult, Reference, Suite, resolve
 from regression.shard import MAX_SHARDS, ShardSpec, assign, parse_shard
 from regression.shard import SHARD_START, table as shard_table

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 from regression.errors import RegressionError
 from regression.repository.gitcmd import git_process, run_git, short
-from regression.references.recorder import find_nondeterministic, generate
+from regression.references.needed import NeededReferences, Wanted
 from regression.report import count
 from regression.run.types import Reference, Suite, at_commit
 from regression.store.cache import Entry
@@ -91,6 +91,7 @@ class OutputsAtCommits:
     def __init__(self, suite: Suite, echo: Echo, result: Bisection) -> None:
         self.suite, self.echo, self.result = suite, echo, result
         self.failed = result.failed
+        self.references = NeededReferences()
 
     def outputs(self, sha: str, cases: list[str]) -> dict[str, Outputs]:
         """The outputs at `sha` of each of `cases` that can be judged there; the others are
@@ -102,7 +103,8 @@ class OutputsAtCommits:
         if sha not in self.failed:
             at = suite_at(self.suite, sha, wanted)
             try:
-                generation = generate(at, echo=lambda line: self.echo(f"  {line}"))
+                generation = self.references.obtain(Wanted(at),
+                                                    lambda line: self.echo(f"  {line}"))
                 if generation.recorded or generation.absent:
                     self.result.recorded_at.add(sha)
                 return self._loaded(at.entry, sha, wanted)
@@ -143,7 +145,8 @@ class OutputsAtCommits:
         the first recording's are set aside as nondeterministic."""
         cases = [c for c in cases if c not in self.result.nondeterministic]
         if cases:
-            found = find_nondeterministic(suite_at(self.suite, sha, cases), self.echo)
+            found = self.references.obtain(Wanted(suite_at(self.suite, sha, cases), "reproduce"),
+                                           self.echo).nondeterministic
             self.result.nondeterministic.update(
                 {case: f"at {short(sha)}: {how}" for case, how in found.items()})
 

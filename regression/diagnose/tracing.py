@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Callable
 
 from regression.errors import CollectionError, RegressionError
 from regression.run.api import collect, matching_cases
-from regression.references.recorder import trace_case
-from regression.run.types import Reference
+from regression.references.needed import NeededReferences, Wanted
+from regression.run.types import Reference, Suite
 from regression.selection import unknown_case
 from regression.diagnose.trace import Trace, read_trace
 
@@ -48,13 +48,22 @@ def pick_case(reference: Reference, case: str) -> str:
 
 def traced(reference: Reference, nodeid: str, folder: Path, echo: Echo) -> tuple[Trace, Trace]:
     """The case traced at the reference, then in the working tree, under `folder`."""
-    traces = []
+    from regression.store.cache import Entry
+
+    traces, references = [], NeededReferences()
+    # a trace stores nothing: its entry is never opened
+    suite = Suite(reference, {nodeid: ""}, Entry(reference.settings.cache_dir, {}))
     for working_tree in (False, True):
         where = "in the working tree" if working_tree else f"at {reference.label}"
         echo(f"tracing {nodeid} {where} ...")
         side = folder / ("working-tree" if working_tree else "reference")
         side.mkdir()
-        trace_case(reference, nodeid, side, working_tree, echo)
+        absent = references.obtain(Wanted(suite, "trace", folder=side,
+                                          working_tree=working_tree), echo).absent
+        if absent:
+            fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
+                "; choose another --reference"
+            raise RegressionError(f"{nodeid} cannot be traced {where}: {absent[nodeid]}{fix}")
         traces.append(read_trace(side))
     return traces[0], traces[1]
 

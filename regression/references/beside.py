@@ -19,10 +19,10 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 
-from regression.errors import ReadOnlyError, RegressionError
-from regression.repository.worktree import prune_stale_worktrees, reference_worktree
-from regression.references.recorder import nothing_recordable, outcome, planned_locked, \
-    read_only_plan, record_job, recording_args, require_all_ran, still_valid
+from regression.errors import RegressionError
+from regression.repository.worktree import reference_worktree
+from regression.references.recorder import outcome, record_job, recording_args, \
+    require_all_ran, still_valid
 from regression.run import overlap
 from regression.run.handoff import HandedOverCases, answer_shared, send_cases
 from regression.run.job import Beside, RecordJob
@@ -30,46 +30,6 @@ from regression.run.launch import before_exit, let_finish, start_pytest
 from regression.run.types import Echo, Generation, Pending, Reference, Suite
 from regression.store.record import CaseRecord
 from regression.store.scratch import scratch_folder
-
-
-def record_beside(suite: Suite, force: bool, echo: Echo, early: RecordingBeside | None = None
-                  ) -> Generation | RecordingBeside:
-    """As `generate`, but what must be recorded is recorded while the caller goes on: the
-    recording beside it (`early`, if one was started before the cases were known: it is
-    told the key's parts with its cases, and checks them against its own), or what was
-    found when nothing is to be recorded; an `early` not used is the caller's to cancel.
-    Whether a suite is recorded beside the check at all is `records_beside`'s to say."""
-    prune_stale_worktrees(suite.reference.repo)
-    todo = read_only_plan(suite, force)
-    if todo == {}:
-        suite.entry.touch()
-        return Generation(reused=len(suite.cases))
-    return _locked_start(suite, force, echo, todo, early)
-
-
-def _locked_start(suite: Suite, force: bool, echo: Echo, todo: dict[str, Pending] | None,
-                  early: RecordingBeside | None) -> Generation | RecordingBeside:
-    """Take the entry's lock (held until the recording ends), plan again, and hand the
-    recording its cases."""
-    lock = ExitStack()
-    try:
-        lock.enter_context(suite.entry.lock())
-        result, todo = planned_locked(suite, force, echo)
-        if not todo:
-            suite.entry.touch()
-            lock.close()
-            return result
-        echo(f"recording {len(todo)} of {len(suite.cases)} cases at {suite.reference.label}, "
-             "each checked as soon as it is stored ...")
-        beside = early or RecordingBeside(suite.reference)
-        beside.begin(suite, todo, result, lock)
-        return beside
-    except ReadOnlyError as exc:
-        lock.close()
-        raise nothing_recordable(suite, todo, exc) from None
-    except BaseException:
-        lock.close()
-        raise
 
 
 class RecordingBeside:

@@ -1,28 +1,52 @@
-"""The references a check run needs, from before its collection to the end of the
-recording: the one entry point of the check run (`NeededReferences`, handed to its plugins
-from above). It finds the suite, picks the shard, decides whether what is missing is
-recorded first or beside the check (`records_beside`, the one place), owns a recording
-started before collection from its start to its cancel, and records a doubtful case again
-alone. Runs inside the check process, so a warm run starts no other torch process."""
+"""The references a run needs, got through one entry point, `NeededReferences.obtain`: the
+check run's (which reaches it through `ready` and `record_alone`, handed to its plugins from
+above), `--full-values`' (`record_values`), bisect's at each commit and explain's traces.
+What differs is data (`Wanted`): which revision and cases (a suite), and how they are got.
+`records_beside` is the one place that decides whether what a check run lacks is recorded
+first or beside it; the object owns the recording beside from its start to its cancel. The
+check run's object lives in the check process, so a warm run starts no other torch process."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator, Literal, Sequence
 
-import pytest
-
-from regression.errors import RegressionError
-from regression.plugin.common import uses_fixture
-from regression.plugin.state import ReadyReferences
+from regression.errors import ReadOnlyError, RegressionError
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY, CheckJob
+from regression.run.types import Generation, Suite
 
 if TYPE_CHECKING:  # the rest loads once a run has regression cases: plain runs stay fast
+    import pytest
+
     from regression.config.settings import Settings
+    from regression.plugin.state import ReadyReferences
     from regression.references.beside import RecordingBeside
-    from regression.run.types import Echo, Generation, Reference, Suite
+    from regression.run.types import Echo, Reference
+
+How = Literal["first", "beside", "stored", "reproduce", "values", "trace"]
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a caller wants of the references: the suite's cases at its reference, got as
+    `how` says. first: what lacks a valid reference is recorded, then returned; beside: it
+    is recorded while the caller goes on (the check run), each case handed over as it is
+    stored; stored: nothing is recorded, a case without a valid reference is an error;
+    reproduce: recorded once more, those that differ stored as nondeterministic; values:
+    recorded keeping every tensor's values (the caller stores the digests again); trace:
+    every module call traced into `folder`, nothing cached."""
+
+    suite: Suite
+    how: How = "first"
+    force: bool = False
+    """first, beside: record every case again, valid or not."""
+    folder: Path | None = None
+    """trace: where the trace goes."""
+    working_tree: bool = False
+    """trace: the working tree's subject, not the reference's."""
 
 
 def records_beside(settings: Settings, job: CheckJob | None, in_worker: bool) -> bool:
@@ -37,12 +61,13 @@ def records_beside(settings: Settings, job: CheckJob | None, in_worker: bool) ->
 
 
 class NeededReferences:
-    """The references a check run needs: readies them before its first case, and owns the
-    recording started before collection until the run uses or cancels it."""
+    """The references a run needs, each got by `obtain`; owns the recording beside the
+    check run from its start (before collection, or by `obtain`) until `ready` hands it to
+    the run's references, or cancels it."""
 
     def __init__(self) -> None:
-        self.early: RecordingBeside | None = None
-        """A recording started before collection, until `ready` uses it or it is
+        self.beside: RecordingBeside | None = None
+        """The recording beside the check run, until `ready` hands it over or it is
         cancelled."""
 
     def start_early(self, job: CheckJob, settings: Settings, known: argparse.Namespace
@@ -51,7 +76,7 @@ class NeededReferences:
         its reference: a CI runner's first run) starts the recording before conftests load
         (`known`: pytest's options known then), so that both processes start Python, torch
         and the subject at once; it is told its cases, and the environment's key, once
-        they are known."""
+        they are known (it checks the key against its own)."""
         workers = bool(getattr(known, "numprocesses", None) or getattr(known, "tx", None))
         if job.gen != GEN_AUTO or getattr(known, "collectonly", False) \
                 or getattr(known, "regression_no_gen", False) \
@@ -62,15 +87,15 @@ class NeededReferences:
 
         try:
             if not names_code(settings.cache_dir, job.resolved.code):
-                self.early = RecordingBeside(job.resolved)
+                self.beside = RecordingBeside(job.resolved)
         except RegressionError:
             pass  # the run records as it would have, and says then what is wrong
 
     def cancel_early(self) -> None:
         """A recording started early that the run did not use ends, told no case."""
-        if self.early is not None:
-            self.early.cancel()
-            self.early = None
+        if self.beside is not None:
+            self.beside.cancel()
+            self.beside = None
 
     def ready(self, reference: Reference, job: CheckJob | None, items: list[pytest.Item],
               selected: set[str], rootdir: Path, echo: Echo, record: bool, in_worker: bool
@@ -78,67 +103,155 @@ class NeededReferences:
         """The suite of every collected case, narrowed to the shard; missing references
         recorded (only for cases that will run, unless `record` is off): first, or beside
         the check (by the recording started early, if any)."""
+        from regression.environment.fingerprint import environment_parts
+        from regression.environment.harness import HarnessDigests, extra_harness_files
+        from regression.plugin.common import uses_fixture
+        from regression.plugin.state import ReadyReferences
+        from regression.run.types import shard_cases
+        from regression.store.cache import KEEP_FOR_CHECK, Entry
+
         try:
-            return _ready(reference, job, items, selected, rootdir, echo, record,
-                          records_beside(reference.settings, job, in_worker), self.early)
+            settings = reference.settings
+            harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
+            spec = job.shard if job else None
+            chosen = shard_cases(settings, (i.nodeid for i in items if uses_fixture(i)), spec)
+            cases = {i.nodeid: harness.of(i.path) for i in items if i.nodeid in chosen}
+            entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
+                          reference=reference.sha, keep=KEEP_FOR_CHECK)
+            subject_root = Path(job.subject_root) if job and job.subject_root else None
+            suite = Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
+                          workers=job.workers if job else 0,
+                          repeat=job.repeat if job and job.repeat else settings.determinism.repeat)
+            if spec is not None:
+                echo(f"shard {spec}: {len(suite.cases)} cases")
+            runnable = {c: h for c, h in suite.cases.items() if c in selected}
+            left_out = len(suite.cases) - len(runnable)
+            if job is not None and job.selection:
+                echo(f"{len(runnable)} of {len(suite.cases)} cases selected by {job.selection}")
+            elif job is not None and job.gen == GEN_ONLY and left_out:
+                echo(f"warning: {left_out} of {len(suite.cases)} cases deselected (-k, -m or "
+                     "--deselect in addopts or PYTEST_ADDOPTS) are not recorded")
+            how: How = "stored" if job is not None and job.gen == GEN_NEVER else \
+                "beside" if records_beside(settings, job, in_worker) else "first"
+            generation = None
+            if how == "stored" or (record and runnable):
+                generation = self.obtain(Wanted(replace(suite, cases=runnable), how,
+                                                bool(job and job.force)), echo)
+            beside = self.beside if self.beside is not None and self.beside.suite else None
+            return ReadyReferences(suite, harness, frozenset(suite.cases),
+                                   spec is None or spec.index == 1,
+                                   None if how == "stored" or beside else generation, beside)
         finally:
-            early, self.early = self.early, None
-            if early is not None and early.suite is None:  # not used: told no case, it ends
-                early.cancel()
+            if self.beside is not None and self.beside.suite is None:  # told no case: it ends
+                self.beside.cancel()
+            self.beside = None
 
     def record_alone(self, suite: Suite, echo: Echo) -> Generation:
         """Record `suite`'s cases again, alone: after the check's cases have ended."""
-        from regression.references.recorder import generate
+        return self.obtain(Wanted(suite), echo)
 
-        return generate(suite, echo=echo)
+    def obtain(self, wanted: Wanted, echo: Echo) -> Generation:
+        """The one entry point for getting references: `wanted.suite`'s cases, got as
+        `wanted.how` says; what was reused, recorded, absent and nondeterministic.
+
+        Planning reads only, so a read-only cache (a restored CI cache, a shared mount)
+        holding every case serves. Only when something must be recorded is the entry's
+        lock taken, and the plan made again under it: a concurrent run of the same key
+        waits, then finds the work done. Beside, the recording (`self.beside`, started
+        early or now) is handed what is missing and holds the lock until it ends."""
+        from regression.references.beside import RecordingBeside
+        from regression.references.recorder import find_nondeterministic, nothing_recordable, \
+            planned_locked, read_only_plan, record_cases, record_job, require_all_ran, \
+            require_valid, run_recording
+        from regression.repository.worktree import prune_stale_worktrees, reference_worktree
+        from regression.run.job import TraceJob
+
+        suite, how = wanted.suite, wanted.how
+        reference, todo, result = suite.reference, None, Generation()
+        plans = how in ("first", "beside")
+        if how == "stored":
+            require_valid(suite)
+            return Generation(reused=len(suite.cases))
+        if plans:
+            prune_stale_worktrees(reference.repo)  # git's bookkeeping, not the cache
+            todo = read_only_plan(suite, wanted.force)
+            if todo == {}:
+                suite.entry.touch()  # a hint for pruning; skipped where the cache is read-only
+                return Generation(reused=len(suite.cases))
+        try:
+            with ExitStack() as held:
+                if how != "trace":
+                    held.enter_context(suite.entry.lock())
+                if plans:
+                    result, todo = planned_locked(suite, wanted.force, echo)
+                    if not todo:
+                        suite.entry.touch()
+                        return result
+                    echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
+                         f"{reference.label}" + (", each checked as soon as it is stored ..."
+                                                 if how == "beside" else " ..."))
+                    if how == "beside":
+                        self.beside = self.beside or RecordingBeside(reference)
+                        self.beside.begin(suite, todo, result, held.pop_all())
+                        return result
+                root = reference.settings.root if wanted.working_tree else \
+                    held.enter_context(reference_worktree(reference.repo, reference.sha))
+                if how == "trace":
+                    traced = run_recording(reference, record_job(
+                        TraceJob, reference, root, working_tree=wanted.working_tree,
+                        cases=suite.cases, folder=str(wanted.folder)), echo, wanted.working_tree)
+                    return Generation(recorded=list(traced.recorded), absent=dict(traced.absent))
+                if how == "values":
+                    result.recorded = list(record_cases(suite, root, suite.cases, echo,
+                                                        full_values=True).recorded)
+                    return result
+                if how == "reproduce":
+                    result.nondeterministic = find_nondeterministic(
+                        replace(suite, repeat=2), root, dict(suite.cases), echo)
+                    return result
+                assert todo is not None
+                recorded = record_cases(suite, root, {n: p.harness for n, p in todo.items()}, echo)
+                result.recorded, result.absent = list(recorded.recorded), dict(recorded.absent)
+                require_all_ran(todo, result)
+                result.nondeterministic = find_nondeterministic(
+                    suite, root, {n: todo[n].harness for n in result.recorded}, echo)
+                suite.entry.touch()
+                return result
+        except ReadOnlyError as exc:
+            if not plans:
+                raise
+            raise nothing_recordable(suite, todo, exc) from None
 
 
-def _ready(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
-           selected: set[str], rootdir: Path, echo: Echo, record: bool, beside: bool,
-           early: RecordingBeside | None) -> ReadyReferences:
+@contextmanager
+def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo
+                  ) -> Iterator[list[str]]:
+    """`invoke test --full-values`: record again, keeping every tensor's values, the cases
+    among `nodeids` whose stored reference keeps some only as a digest; yields those. The
+    values are for this run's report only: on leaving, each case's digest-only record is
+    stored again, so the cache entry keeps no values it was not asked to keep."""
+    from regression.environment import determinism
     from regression.environment.fingerprint import environment_parts
-    from regression.environment.harness import HarnessDigests, extra_harness_files
-    from regression.references.beside import RecordingBeside, record_beside
-    from regression.references.recorder import generate, require_valid
-    from regression.run.types import Suite, shard_cases
-    from regression.store.cache import KEEP_FOR_CHECK, Entry
+    from regression.references.recorder import counted_cases
+    from regression.store.cache import Entry
 
     settings = reference.settings
-    harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
-    spec = job.shard if job else None
-    chosen = shard_cases(settings, (i.nodeid for i in items if uses_fixture(i)), spec)
-    cases = {i.nodeid: harness.of(i.path) for i in items if i.nodeid in chosen}
+    determinism.prepare_process(settings.device)  # as the check run does: its key
     entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
-                  reference=reference.sha, keep=KEEP_FOR_CHECK)
-    subject_root = Path(job.subject_root) if job and job.subject_root else None
-    suite = Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
-                  workers=job.workers if job else 0,
-                  repeat=job.repeat if job and job.repeat else settings.determinism.repeat)
-    if spec is not None:
-        echo(f"shard {spec}: {len(suite.cases)} cases")
-    runnable = {c: h for c, h in suite.cases.items() if c in selected}
-    left_out = len(suite.cases) - len(runnable)
-    if job is not None and job.selection:
-        echo(f"{len(runnable)} of {len(suite.cases)} cases selected by {job.selection}")
-    elif job is not None and job.gen == GEN_ONLY and left_out:
-        echo(f"warning: {left_out} of {len(suite.cases)} cases deselected (-k, -m or "
-             "--deselect in addopts or PYTEST_ADDOPTS) are not recorded")
-    generation = None
-    if job is not None and job.gen == GEN_NEVER:
-        require_valid(_narrowed(suite, runnable))
-    elif record and runnable and beside:
-        started = record_beside(_narrowed(suite, runnable), bool(job and job.force), echo,
-                                early)
-        if isinstance(started, RecordingBeside):
-            return ReadyReferences(suite, harness, frozenset(suite.cases),
-                                   spec is None or spec.index == 1, None, started)
-        generation = started
-    elif record and runnable:
-        generation = generate(_narrowed(suite, runnable), force=bool(job and job.force),
-                              echo=echo)
-    return ReadyReferences(suite, harness, frozenset(suite.cases),
-                           spec is None or spec.index == 1, generation)
-
-
-def _narrowed(suite: Suite, cases: dict[str, str]) -> Suite:
-    return replace(suite, cases=cases)
+                  reference=reference.sha)
+    wanted = {n: h for n in nodeids if (h := entry.digested_harness(n)) is not None}
+    kept = [record for n in wanted if (record := entry.load_case(n)) is not None]
+    if not wanted:
+        yield []
+        return
+    echo(f"recording the values of {counted_cases(len(wanted))} whose digests differ, at "
+         f"{reference.label}, for this run's full report (the cache keeps their digests) ...")
+    try:
+        NeededReferences().obtain(Wanted(Suite(reference, wanted, entry), "values"), echo)
+        yield sorted(wanted)
+    finally:
+        with entry.lock():
+            for record in kept:
+                entry.save_case(record)
+        echo(f"the cache keeps the digests of {counted_cases(len(kept))} again: the values "
+             "recorded for this report are not kept")

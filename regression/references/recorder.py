@@ -1,22 +1,19 @@
 """Recording: plan which cases lack a valid reference, and record them in a new process at
-the reference (in a worktree), under the cache entry's lock. The check run of `test` and
-`gen` calls it for what is missing (references/needed.py); `bisect` and `explain` call it
-directly. Every record job is built here (`record_job`).
+the reference (in a worktree), under the cache entry's lock: the steps that
+`NeededReferences.obtain` (references/needed.py) takes. Every record job is built here
+(`record_job`).
 """
 
 from __future__ import annotations
 
 import subprocess
-from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from regression.errors import CacheError, CacheWriteError, ReadOnlyError, RegressionError, \
     StoreError, SubjectImportError
-from regression.environment.fingerprint import environment_parts
 from regression.environment.harness import changed_helpers
-from regression.repository.worktree import prune_stale_worktrees, reference_worktree
 from regression.run.job import RecordingJob, RecordJob, ReproduceJob, TraceJob
 from regression.run.launch import run_pytest, tail
 from regression.run.types import Echo, Generation, Pending, RecordResult, Reference, Suite
@@ -94,25 +91,6 @@ def read_only_plan(suite: Suite, force: bool) -> dict[str, Pending] | None:
     return plan(suite.entry, suite.cases, force, suite.reference.settings.root)
 
 
-def generate(suite: Suite, force: bool = False, echo: Echo = print) -> Generation:
-    """Record the reference outputs of the cases that lack a valid one.
-
-    Planning reads only, so a read-only cache (a restored CI cache, a shared mount) holding
-    every case serves. Only when something must be recorded is the entry's lock taken, and
-    the plan made again under it: a concurrent gen of the same key waits, then finds the work
-    done.
-    """
-    prune_stale_worktrees(suite.reference.repo)  # git's bookkeeping, not the cache
-    todo = read_only_plan(suite, force)
-    if todo == {}:
-        suite.entry.touch()  # a hint for pruning; skipped where the cache is read-only
-        return Generation(reused=len(suite.cases))
-    try:
-        return _generate_locked(suite, force, echo)
-    except ReadOnlyError as exc:
-        raise nothing_recordable(suite, todo, exc) from None
-
-
 def nothing_recordable(suite: Suite, todo: dict[str, Pending] | None,
                        exc: ReadOnlyError) -> ReadOnlyError:
     """A read-only cache that lacks what must be recorded: what is missing, and the fix."""
@@ -138,28 +116,8 @@ def planned_locked(suite: Suite, force: bool, echo: Echo) -> tuple[Generation, d
     return result, todo
 
 
-def _generate_locked(suite: Suite, force: bool, echo: Echo) -> Generation:
-    """Plan again and record, holding the entry's lock."""
-    with suite.entry.lock():
-        result, todo = planned_locked(suite, force, echo)
-        if todo:
-            echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
-                 f"{suite.reference.label} ...")
-            reference = suite.reference
-            with reference_worktree(reference.repo, reference.sha) as worktree:  # one for all
-                wanted = {nodeid: p.harness for nodeid, p in todo.items()}
-                recorded = _record(suite, worktree, wanted, echo)
-                result.recorded = list(recorded.recorded)
-                result.absent = dict(recorded.absent)
-                require_all_ran(todo, result)
-                result.nondeterministic = _find_nondeterministic(
-                    suite, worktree, {n: todo[n].harness for n in result.recorded}, echo)
-        suite.entry.touch()
-    return result
-
-
-def _find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str], echo: Echo
-                           ) -> dict[str, str]:
+def find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str], echo: Echo
+                          ) -> dict[str, str]:
     """Record `recorded` again, each time in a new process, `suite.repeat - 1` times; a case
     whose outputs differ from the first recording is stored as nondeterministic."""
     found: dict[str, str] = {}
@@ -167,9 +125,9 @@ def _find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str
         wanted = {n: h for n, h in recorded.items() if n not in found}
         if not wanted:
             break
-        echo(f"recording {_cases(len(wanted))} again ({again} of {suite.repeat}) to find "
+        echo(f"recording {counted_cases(len(wanted))} again ({again} of {suite.repeat}) to find "
              "nondeterministic ones ...")
-        differ = _record(suite, worktree, wanted, echo, verify=True).differ
+        differ = record_cases(suite, worktree, wanted, echo, verify=True).differ
         for nodeid, names in differ.items():
             listed = ", ".join(repr(str(name)) for name in names)
             found[nodeid] = (f"outputs {listed} differed between recording 1 and recording "
@@ -184,18 +142,8 @@ def _find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str
     return found
 
 
-def _cases(count: int) -> str:
+def counted_cases(count: int) -> str:
     return f"{count} case{'' if count == 1 else 's'}"
-
-
-def find_nondeterministic(suite: Suite, echo: Echo) -> dict[str, str]:
-    """Record the suite's cases, already stored, once more in a new process at its
-    reference: those whose outputs differ from the stored ones are stored as
-    nondeterministic and returned, each with how they differed."""
-    reference = suite.reference
-    with suite.entry.lock(), reference_worktree(reference.repo, reference.sha) as worktree:
-        return _find_nondeterministic(replace(suite, repeat=2), worktree, dict(suite.cases),
-                                      echo)
 
 
 def require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
@@ -211,40 +159,8 @@ def require_all_ran(todo: dict[str, Pending], result: Generation) -> None:
         )
 
 
-@contextmanager
-def record_values(reference: Reference, nodeids: Sequence[str], echo: Echo
-                  ) -> Iterator[list[str]]:
-    """`invoke test --full-values`: record again, keeping every tensor's values, the cases
-    among `nodeids` whose stored reference keeps some only as a digest; yields those. The
-    values are for this run's report only: on leaving, each case's digest-only record is
-    stored again, so the cache entry keeps no values it was not asked to keep."""
-    from regression.environment import determinism
-
-    settings = reference.settings
-    determinism.prepare_process(settings.device)  # as the check run does: its key
-    entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
-                  reference=reference.sha)
-    wanted = {n: h for n in nodeids if (h := entry.digested_harness(n)) is not None}
-    kept = [record for n in wanted if (record := entry.load_case(n)) is not None]
-    if not wanted:
-        yield []
-        return
-    echo(f"recording the values of {_cases(len(wanted))} whose digests differ, at "
-         f"{reference.label}, for this run's full report (the cache keeps their digests) ...")
-    try:
-        with entry.lock(), reference_worktree(reference.repo, reference.sha) as worktree:
-            _record(Suite(reference, wanted, entry), worktree, wanted, echo, full_values=True)
-        yield sorted(wanted)
-    finally:
-        with entry.lock():
-            for record in kept:
-                entry.save_case(record)
-        echo(f"the cache keeps the digests of {_cases(len(kept))} again: the values recorded "
-             "for this report are not kept")
-
-
-def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
-            verify: bool = False, full_values: bool = False) -> RecordResult:
+def record_cases(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
+                 verify: bool = False, full_values: bool = False) -> RecordResult:
     """Record `todo` in a new process, the subject from `worktree` (of the reference)."""
     reference = suite.reference
     try:
@@ -252,7 +168,7 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
                          cases=todo, workers=suite.workers) if verify else record_job(
             RecordJob, reference, worktree, parts=suite.entry.parts, cases=todo,
             workers=suite.workers, full_values=full_values)
-        return _recording(reference, job, echo)
+        return run_recording(reference, job, echo)
     except KeyboardInterrupt:
         kept = still_valid(suite.entry, todo)
         echo(f"recording interrupted: {kept} of {len(todo)} cases were stored and are kept; "
@@ -260,8 +176,8 @@ def _record(suite: Suite, worktree: Path, todo: dict[str, str], echo: Echo,
         raise
 
 
-def _recording(reference: Reference, job: RecordingJob, echo: Echo, working_tree: bool = False
-               ) -> RecordResult:
+def run_recording(reference: Reference, job: RecordingJob, echo: Echo,
+                  working_tree: bool = False) -> RecordResult:
     """Run a record job in a new process: its result, or its error raised here.
     `working_tree`: the job's subject is the working tree's, not the reference's."""
     settings = reference.settings
@@ -290,25 +206,6 @@ def recording_args(settings: Settings) -> list[str]:
     """pytest's arguments for a recording: quiet, every case collectable run."""
     tests = [str(settings.root / t) for t in settings.tests]  # the working folder moves
     return ["-q", "--no-header", "-rN", "--continue-on-collection-errors", *tests]
-
-
-def trace_case(reference: Reference, nodeid: str, folder: Path, working_tree: bool,
-               echo: Echo) -> None:
-    """Run one case with every module call traced into `folder`: with the subject of the
-    reference (from a worktree), or of the working tree. Nothing goes into the cache."""
-    settings = reference.settings
-    with ExitStack() as stack:
-        root = settings.root if working_tree else stack.enter_context(
-            reference_worktree(reference.repo, reference.sha))
-        job = record_job(TraceJob, reference, root, working_tree=working_tree,
-                         cases={nodeid: ""}, folder=str(folder))
-        result = _recording(reference, job, echo, working_tree)
-    where = "in the working tree" if working_tree else f"at {reference.label}"
-    fix = f"; `pytest '{nodeid}'` shows the whole error" if working_tree else \
-        "; choose another --reference"
-    absent = result.absent
-    if absent:
-        raise RegressionError(f"{nodeid} cannot be traced {where}: {absent[nodeid]}{fix}")
 
 
 def record_job(kind: type[Kind], reference: Reference, root: Path, working_tree: bool = False,

@@ -1,5 +1,6 @@
 """Tests of regression.references.needed: the one place that decides whether what a check
-run must record is recorded beside its cases or first."""
+run must record is recorded beside its cases or first, and the one entry point's `stored`,
+which records nothing."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from regression.config.settings import Determinism, Settings
+from regression.errors import CacheError
 from regression.repository.gitcmd import Repository
-from regression.references.needed import records_beside
+from regression.references.needed import NeededReferences, Wanted, records_beside
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY, CheckJob
-from regression.run.types import Reference
+from regression.run.types import Reference, Suite
+from regression.store.cache import Entry
 
 
 def _settings(tmp_path: Path, beside: bool = True, repeat: int = 1) -> Settings:
@@ -54,3 +57,16 @@ def test_an_xdist_worker_records_first(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     assert not records_beside(settings, _job(settings, tmp_path), in_worker=True)
     assert not records_beside(settings, None, in_worker=True)
+
+
+def test_stored_references_are_only_read_and_a_missing_one_names_invoke_gen(
+        tmp_path: Path) -> None:
+    """`invoke test --no-gen` through the one entry point: no lock, no entry, no recording."""
+    settings = _settings(tmp_path)
+    cache = tmp_path / "cache"
+    suite = Suite(_job(settings, tmp_path).resolved, {"test_a.py::test_a": "h"},
+                  Entry(cache, {"python": "3"}))
+    said: list[str] = []
+    with pytest.raises(CacheError, match="Run `invoke gen`"):
+        NeededReferences().obtain(Wanted(suite, "stored"), said.append)
+    assert not cache.exists() and said == []
