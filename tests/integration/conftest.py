@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,8 +55,20 @@ def recorded_subject_repo(recorded_subject: Repo, tmp_path: Path) -> Repo:
 
 @pytest.fixture(scope="session")
 def our_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This project as a wheel, built once per worker."""
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+    """This project as a wheel, built once per run: under pytest-xdist the first worker to
+    need it builds it into the folder the workers' temporary folders share, the others wait
+    for it and use it."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # pytest-of-USER/pytest-N/, above popen-gwN/
+    folder = shared / "wheel"
+    with open(shared / "wheel.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        built = sorted(folder.glob("torch_regression-*.whl"))
+        if built:
+            return built[0]
+        folder.mkdir(exist_ok=True)
+        return build_wheel(folder)
 
 
 @pytest.fixture(scope="session")

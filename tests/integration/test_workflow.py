@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers import PROJECT, Repo, expand_expressions, output, with_addopts
-from warm_python import invoke_command
+from warm_python import WARM, invoke_command
 
 WORKFLOW = PROJECT / ".github" / "workflows" / "regression.yml"
 BIN = Path(sys.executable).parent
@@ -188,11 +188,11 @@ def _rehearse(clone: Path, shard: int, saved: dict[str, Path],
 def _collected_cases(repo: Path) -> list[str]:
     """Every case of the repository's suite, as pytest collects it (plugin off), in JUnit's
     `classname::name` form."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           "-p", "no:regression", "-p", "no:cacheprovider", "tests/regression"],
-                          cwd=repo, env=with_addopts({k: v for k, v in os.environ.items()
-                                            if not k.startswith("PYTEST_")}),
-                          text=True, capture_output=True, check=True)
+    done = WARM.pytest(repo, ["--collect-only", "-q", "-p", "no:regression",
+                              "-p", "no:cacheprovider", "tests/regression"],
+                       with_addopts({k: v for k, v in os.environ.items()
+                                     if not k.startswith("PYTEST_")}))
+    assert done.returncode == 0, output(done)
     nodeids = [line for line in done.stdout.splitlines() if "::" in line]
     cases = []
     for nodeid in nodeids:
