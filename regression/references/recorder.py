@@ -6,6 +6,7 @@ the reference (in a worktree), under the cache entry's lock: the steps that
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -198,8 +199,24 @@ def outcome(reference: Reference, job: RecordingJob, process: subprocess.Complet
     if result is None:
         where = "in the working tree" if working_tree else f"at {reference.label}"
         raise RegressionError(f"recording {where} stopped without a result "
-                              f"(exit {process.returncode}):\n{tail(process)}")
+                              f"({ended(process.returncode)}):\n{tail(process)}")
     return result
+
+
+def ended(code: int) -> str:
+    """How a process ended, in words: its exit code, or the signal that killed it."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"killed by signal {-code}"
+    if -code == signal.SIGBUS:
+        return (f"killed by {name}: a file it had mapped into memory, as safetensors and numpy "
+                "loads do, shrank while it read it. If a test rewrites in place a file that "
+                "the check run beside the recording writes too, give each process its own "
+                "file, or set `record_beside_check: false` in config.yaml to record first")
+    return f"killed by {name}"
 
 
 def recording_args(settings: Settings) -> list[str]:

@@ -490,9 +490,10 @@ from safetensors.torch import load_file, save
 
 @pytest.mark.parametrize("index", range(4))
 def test_exported_and_loaded(regression, index):
-    with open(SHARED + ".new", "wb") as stream:  # written by Python, read by native code
+    new = f"{SHARED}.{os.getpid()}"  # each process its own: never truncated under a map
+    with open(new, "wb") as stream:  # written by Python, read by native code
         stream.write(save({"out": subj.forward(regression.randn(2, 4) + index)}))
-    os.replace(SHARED + ".new", SHARED)  # not truncated under the other's memory map
+    os.replace(new, SHARED)
     regression.check(load_file(SHARED)["out"].clone())
 """,
     "lock": """

@@ -1,10 +1,14 @@
-"""launch.before_exit: what must run as the check run ends, and only there."""
+"""launch.before_exit: what must run as the check run ends, and only there; and how a
+recording's process ended, said in words."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pytest
+
+from regression.references.recorder import ended
 from regression.run import launch
 
 
@@ -38,3 +42,13 @@ def test_a_process_a_test_forks_does_not_run_the_check_run_s_callbacks(
         assert marker.read_text() == str(os.getpid())
     finally:
         forget()
+
+
+@pytest.mark.parametrize(("code", "said"), [
+    (0, "exit 0"), (3, "exit 3"), (-9, "killed by SIGKILL"), (-200, "killed by signal 200"),
+    (-7, "killed by SIGBUS: a file it had mapped into memory"),
+])
+def test_how_a_recording_ended_is_said_in_words(code: int, said: str) -> None:
+    text = ended(code)
+    assert text.startswith(said)
+    assert ("record_beside_check: false" in text) == (code == -7)  # the way out, for SIGBUS
