@@ -343,8 +343,7 @@ def decode(kind: type[T], data: object, name: str = "") -> T:
     if not isinstance(data, dict):
         raise ValueError(f"field {name!r} is unknown or of the wrong type" if name
                          else "not a JSON object")
-    hints = get_type_hints(kind, localns=hint_names())
-    known = {f.name: f for f in dataclasses.fields(kind) if f.init}  # type: ignore[arg-type]
+    hints, known = _schema(kind)
     prefix = f"{name}." if name else ""
     values = {}
     for key, value in data.items():
@@ -356,6 +355,21 @@ def decode(kind: type[T], data: object, name: str = "") -> T:
                 and spec.default_factory is dataclasses.MISSING:
             raise ValueError(f"field {prefix + key!r} is missing")
     return kind(**values)
+
+
+Schema = tuple[dict[str, Any], dict[str, "dataclasses.Field[Any]"]]
+_SCHEMAS: dict[object, Schema] = {}
+
+
+def _schema(kind: object) -> Schema:
+    """A dataclass's field types and its fields set at init, worked out once per kind: a
+    result holds a record per case, and resolving type hints costs more than reading one."""
+    found = _SCHEMAS.get(kind)
+    if found is None:
+        hints = get_type_hints(kind, localns=hint_names())
+        fields = {f.name: f for f in dataclasses.fields(kind) if f.init}  # type: ignore[arg-type]
+        found = _SCHEMAS[kind] = (hints, fields)
+    return found
 
 
 def _value(hint: Any, value: object, name: str) -> Any:
