@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the rest loads once a run has regression cases: plain runs 
     import pytest
 
     from regression.config.settings import Settings
+    from regression.environment.harness import HarnessDigests
     from regression.plugin.state import ReadyReferences
     from regression.references.beside import RecordingBeside
     from regression.run.types import Echo, Reference
@@ -103,25 +104,12 @@ class NeededReferences:
         """The suite of every collected case, narrowed to the shard; missing references
         recorded (only for cases that will run, unless `record` is off): first, or beside
         the check (by the recording started early, if any)."""
-        from regression.environment.fingerprint import environment_parts
-        from regression.environment.harness import HarnessDigests, extra_harness_files
-        from regression.plugin.common import uses_fixture
         from regression.plugin.state import ReadyReferences
-        from regression.run.types import shard_cases
-        from regression.store.cache import KEEP_FOR_CHECK, Entry
 
         try:
             settings = reference.settings
-            harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
-            spec = job.shard if job else None
-            chosen = shard_cases(settings, (i.nodeid for i in items if uses_fixture(i)), spec)
-            cases = {i.nodeid: harness.of(i.path) for i in items if i.nodeid in chosen}
-            entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
-                          reference=reference.sha, keep=KEEP_FOR_CHECK)
-            subject_root = Path(job.subject_root) if job and job.subject_root else None
-            suite = Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
-                          workers=job.workers if job else 0,
-                          repeat=job.repeat if job and job.repeat else settings.determinism.repeat)
+            suite, harness = _suite(reference, job, items, rootdir)
+            spec = suite.shard
             if spec is not None:
                 echo(f"shard {spec}: {len(suite.cases)} cases")
             runnable = {c: h for c, h in suite.cases.items() if c in selected}
@@ -152,75 +140,106 @@ class NeededReferences:
 
     def obtain(self, wanted: Wanted, echo: Echo) -> Generation:
         """The one entry point for getting references: `wanted.suite`'s cases, got as
-        `wanted.how` says; what was reused, recorded, absent and nondeterministic.
+        `wanted.how` says; what was reused, recorded, absent and nondeterministic."""
+        from regression.references.recorder import require_valid
 
-        Planning reads only, so a read-only cache (a restored CI cache, a shared mount)
-        holding every case serves. Only when something must be recorded is the entry's
-        lock taken, and the plan made again under it: a concurrent run of the same key
-        waits, then finds the work done. Beside, the recording (`self.beside`, started
-        early or now) is handed what is missing and holds the lock until it ends."""
+        if wanted.how == "stored":
+            require_valid(wanted.suite)
+            return Generation(reused=len(wanted.suite.cases))
+        if wanted.how in ("first", "beside"):
+            return self._missing(wanted, echo)
+        return _again(wanted, echo)
+
+    def _missing(self, wanted: Wanted, echo: Echo) -> Generation:
+        """first and beside: what lacks a valid reference, recorded. Planning reads only, so
+        a read-only cache (a restored CI cache, a shared mount) holding every case serves.
+        Only when something must be recorded is the entry's lock taken, and the plan made
+        again under it: a concurrent run of the same key waits, then finds the work done.
+        Beside, the recording (`self.beside`, started early or now) is handed what is
+        missing and holds the lock until it ends."""
         from regression.references.beside import RecordingBeside
-        from regression.references.recorder import find_nondeterministic, nothing_recordable, \
-            planned_locked, read_only_plan, record_cases, record_job, require_all_ran, \
-            require_valid, run_recording
-        from regression.repository.worktree import prune_stale_worktrees, reference_worktree
-        from regression.run.job import TraceJob
+        from regression.references.recorder import nothing_recordable, planned_locked, \
+            read_only_plan, record_missing
+        from regression.repository.worktree import prune_stale_worktrees
 
-        suite, how = wanted.suite, wanted.how
-        reference, todo, result = suite.reference, None, Generation()
-        plans = how in ("first", "beside")
-        if how == "stored":
-            require_valid(suite)
+        suite = wanted.suite
+        prune_stale_worktrees(suite.reference.repo)  # git's bookkeeping, not the cache
+        todo = read_only_plan(suite, wanted.force)
+        if todo == {}:
+            suite.entry.touch()  # a hint for pruning; skipped where the cache is read-only
             return Generation(reused=len(suite.cases))
-        if plans:
-            prune_stale_worktrees(reference.repo)  # git's bookkeeping, not the cache
-            todo = read_only_plan(suite, wanted.force)
-            if todo == {}:
-                suite.entry.touch()  # a hint for pruning; skipped where the cache is read-only
-                return Generation(reused=len(suite.cases))
         try:
             with ExitStack() as held:
-                if how != "trace":
-                    held.enter_context(suite.entry.lock())
-                if plans:
-                    result, todo = planned_locked(suite, wanted.force, echo)
-                    if not todo:
-                        suite.entry.touch()
-                        return result
-                    echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
-                         f"{reference.label}" + (", each checked as soon as it is stored ..."
-                                                 if how == "beside" else " ..."))
-                    if how == "beside":
-                        self.beside = self.beside or RecordingBeside(reference)
-                        self.beside.begin(suite, todo, result, held.pop_all())
-                        return result
-                root = reference.settings.root if wanted.working_tree else \
-                    held.enter_context(reference_worktree(reference.repo, reference.sha))
-                if how == "trace":
-                    traced = run_recording(reference, record_job(
-                        TraceJob, reference, root, working_tree=wanted.working_tree,
-                        cases=suite.cases, folder=str(wanted.folder)), echo, wanted.working_tree)
-                    return Generation(recorded=list(traced.recorded), absent=dict(traced.absent))
-                if how == "values":
-                    result.recorded = list(record_cases(suite, root, suite.cases, echo,
-                                                        full_values=True).recorded)
+                held.enter_context(suite.entry.lock())
+                result, todo = planned_locked(suite, wanted.force, echo)
+                if not todo:
+                    suite.entry.touch()
                     return result
-                if how == "reproduce":
-                    result.nondeterministic = find_nondeterministic(
-                        replace(suite, repeat=2), root, dict(suite.cases), echo)
+                beside = wanted.how == "beside"
+                echo(f"recording {len(todo)} of {len(suite.cases)} cases at "
+                     f"{suite.reference.label}" + (", each checked as soon as it is stored ..."
+                                                   if beside else " ..."))
+                if beside:
+                    self.beside = self.beside or RecordingBeside(suite.reference)
+                    self.beside.begin(suite, todo, result, held.pop_all())
                     return result
-                assert todo is not None
-                recorded = record_cases(suite, root, {n: p.harness for n, p in todo.items()}, echo)
-                result.recorded, result.absent = list(recorded.recorded), dict(recorded.absent)
-                require_all_ran(todo, result)
-                result.nondeterministic = find_nondeterministic(
-                    suite, root, {n: todo[n].harness for n in result.recorded}, echo)
-                suite.entry.touch()
-                return result
+                return record_missing(suite, todo, result, held, echo)
         except ReadOnlyError as exc:
-            if not plans:
-                raise
             raise nothing_recordable(suite, todo, exc) from None
+
+
+def _suite(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
+           rootdir: Path) -> tuple[Suite, HarnessDigests]:
+    """The check run's suite: every collected case of its shard, with its harness digest,
+    and the cache entry of its key (which keeps what its plan verified for the loads)."""
+    from regression.environment.fingerprint import environment_parts
+    from regression.environment.harness import HarnessDigests, extra_harness_files
+    from regression.plugin.common import uses_fixture
+    from regression.run.types import shard_cases
+    from regression.store.cache import KEEP_FOR_CHECK, Entry
+
+    settings = reference.settings
+    harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
+    spec = job.shard if job else None
+    chosen = shard_cases(settings, (i.nodeid for i in items if uses_fixture(i)), spec)
+    cases = {i.nodeid: harness.of(i.path) for i in items if i.nodeid in chosen}
+    entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
+                  reference=reference.sha, keep=KEEP_FOR_CHECK)
+    subject_root = Path(job.subject_root) if job and job.subject_root else None
+    return Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
+                 workers=job.workers if job else 0,
+                 repeat=job.repeat if job and job.repeat else settings.determinism.repeat
+                 ), harness
+
+
+def _again(wanted: Wanted, echo: Echo) -> Generation:
+    """reproduce, values and trace: every case of the suite recorded once more, in a
+    worktree of the reference (or, for a trace, the working tree), under the entry's lock
+    but for a trace, which caches nothing."""
+    from regression.references.recorder import find_nondeterministic, record_cases, \
+        record_job, run_recording
+    from regression.repository.worktree import reference_worktree
+    from regression.run.job import TraceJob
+
+    suite, how, result = wanted.suite, wanted.how, Generation()
+    reference = suite.reference
+    with ExitStack() as held:
+        if how != "trace":
+            held.enter_context(suite.entry.lock())
+        root = reference.settings.root if wanted.working_tree else \
+            held.enter_context(reference_worktree(reference.repo, reference.sha))
+        if how == "trace":
+            traced = run_recording(reference, record_job(
+                TraceJob, reference, root, working_tree=wanted.working_tree,
+                cases=suite.cases, folder=str(wanted.folder)), echo, wanted.working_tree)
+            return Generation(recorded=list(traced.recorded), absent=dict(traced.absent))
+        if how == "values":
+            result.recorded = list(record_cases(suite, root, suite.cases, echo,
+                                                full_values=True).recorded)
+            return result
+        result.nondeterministic = find_nondeterministic(
+            replace(suite, repeat=2), root, dict(suite.cases), echo)
+        return result
 
 
 @contextmanager

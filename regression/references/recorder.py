@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -115,6 +116,23 @@ def planned_locked(suite: Suite, force: bool, echo: Echo) -> tuple[Generation, d
         echo(f"warning: {warning}")
     result.reused = len(suite.cases) - len(todo)
     return result, todo
+
+
+def record_missing(suite: Suite, todo: dict[str, Pending], result: Generation,
+                   held: ExitStack, echo: Echo) -> Generation:
+    """Holding the entry's lock (in `held`): `todo` recorded in a worktree of the reference
+    (held there too), every case of it accounted for, and `result` completed."""
+    from regression.repository.worktree import reference_worktree
+
+    reference = suite.reference
+    root = held.enter_context(reference_worktree(reference.repo, reference.sha))
+    recorded = record_cases(suite, root, {n: p.harness for n, p in todo.items()}, echo)
+    result.recorded, result.absent = list(recorded.recorded), dict(recorded.absent)
+    require_all_ran(todo, result)
+    result.nondeterministic = find_nondeterministic(
+        suite, root, {n: todo[n].harness for n in result.recorded}, echo)
+    suite.entry.touch()
+    return result
 
 
 def find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str], echo: Echo
