@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from regression.errors import ConfigError
 from regression.outcomes import CHANGED, DECLARED, IDENTICAL, CaseOutcome
+
+if TYPE_CHECKING:
+    from regression.config.yamlfile import Lined
 
 FILE = "regression-changes.yaml"
 """At the project root, beside config.yaml: committed with the pull request."""
@@ -200,15 +203,8 @@ def _first_line(data: Any) -> int | None:
     return min(getattr(data, "lines", {}).values(), default=None)
 
 
-def _entry(entry: object, where: str, index: int, list_line: int | None) -> Declaration:
-    """One entry, checked: every key present, each of its kind."""
-    from regression.config.yamlfile import Lined
-
-    name = f"changes[{index}]"
-    if not isinstance(entry, Lined):
-        raise ConfigError(where, f"each entry is a mapping with the keys {', '.join(KEYS)}. "
-                          "Fix: write it as `invoke accept` does", name, list_line)
-    line = entry.line_of("case") or _first_line(entry) or list_line or 0
+def _require_keys(entry: Lined, where: str, name: str, line: int) -> None:
+    """Raise ConfigError unless the entry has exactly the keys of one."""
     extra = [str(key) for key in entry if key not in KEYS]
     if extra:
         raise ConfigError(where, f"unknown key {extra[0]!r}; an entry has the keys "
@@ -218,6 +214,18 @@ def _entry(entry: object, where: str, index: int, list_line: int | None) -> Decl
     if missing:
         raise ConfigError(where, f"the entry lacks {', '.join(missing)}. Fix: run `invoke "
                           "accept` again for its case, which writes the entry whole", name, line)
+
+
+def _entry(entry: object, where: str, index: int, list_line: int | None) -> Declaration:
+    """One entry, checked: every key present, each of its kind."""
+    from regression.config.yamlfile import Lined
+
+    name = f"changes[{index}]"
+    if not isinstance(entry, Lined):
+        raise ConfigError(where, f"each entry is a mapping with the keys {', '.join(KEYS)}. "
+                          "Fix: write it as `invoke accept` does", name, list_line)
+    line = entry.line_of("case") or _first_line(entry) or list_line or 0
+    _require_keys(entry, where, name, line)
 
     def text(key: str) -> str:
         value = entry[key]

@@ -16,7 +16,7 @@ from regression.cli.workflow import (ACTIONLINT, ACTIONLINT_CONFIG, GITHUB_LABEL
                                      TORCH_REGRESSION, WORKFLOW_PATH, Options, Shards,
                                      check_options, choose_shards, workflow_lines, workflow_text)
 from regression.errors import RegressionError
-from regression.repository.gitcmd import git_process
+from regression.repository.gitcmd import git_process, ignored_warning
 
 Echo = Callable[[str], None]
 # Top-level folders that hold no package of the library itself.
@@ -189,11 +189,10 @@ def init(root: Path, options: Options, force: bool, echo: Echo) -> list[str]:
         target.write_text(text, encoding="utf-8")
         written.append(relative)
         echo(f"wrote {relative}")
-        if git_process(root, "check-ignore", "-q", relative).returncode == 0:
+        warning = ignored_warning(root, relative)
+        if warning:
             ignored.append(relative)
-            echo(f"warning: your .gitignore hides {relative}, so CI would run without it; "
-                 f"commit it anyway with `git add -f {relative}`, or add `!/{relative}` to "
-                 ".gitignore")
+            echo(warning)
     for line in [*workflow_lines(root, options, shards),
                  *reference_note(root, newest_tag(root))]:
         echo(line)

@@ -28,7 +28,7 @@ from regression.errors import RegressionError
 from regression.store.durations import read_durations
 from regression.environment.fingerprint import device_details, package_lines
 from regression.environment.harness import extra_harness_files, harness_files
-from regression.repository.gitcmd import git_process
+from regression.repository.gitcmd import ignored_warning
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
 from regression.outcomes import CHANGED, CaseOutcome
 from regression.report import count, generation_lines
@@ -292,15 +292,22 @@ def _accept(chosen: tuple[str | None, list[str] | None], reason: str | None, pru
                               f"differs from the reference {resolved.label}, so {FILE} is "
                               "left as it is; `invoke test` shows each case's outcome")
     write_declarations(path, accepted(existing, changed, (reason or "").strip(), resolved.sha))
+    return _declared(settings.root, resolved, changed, outcomes)
+
+
+def _declared(root: Path, resolved: Reference, changed: Sequence[CaseOutcome],
+              outcomes: Sequence[CaseOutcome]) -> int:
+    """Say what `invoke accept` declared, and what it could not: 1 where cases failed that
+    no declaration may excuse."""
     print(f"declared {len(changed)} changed {'case' if len(changed) == 1 else 'cases'} "
           f"against {resolved.label} in {FILE}:")
     for outcome in changed:
         print(f"  {outcome.nodeid} ({outcome.size}: {', '.join(map(repr, outcome.names))})")
     print(f"commit {FILE} with the change; `invoke test` now passes these cases as declared, "
           "while their change stays within the entry")
-    if git_process(settings.root, "check-ignore", "-q", FILE).returncode == 0:
-        print(f"warning: your .gitignore hides {FILE}, so CI would run without it; commit it "
-              f"anyway with `git add -f {FILE}`, or add `!/{FILE}` to .gitignore")
+    warning = ignored_warning(root, FILE)
+    if warning:
+        print(warning)
     others = [o for o in outcomes if o.outcome != CHANGED and o.fails(False)]
     if others:
         print(f"not declared: {len(others)} cases failed otherwise (a declaration never "

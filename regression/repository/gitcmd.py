@@ -90,3 +90,12 @@ def short(sha: str) -> str:
 def describe(revision: str, sha: str) -> str:
     """How messages name a reference: '1a2b3c4d5e6f (v1.2)', or the short SHA alone."""
     return short(sha) if revision == sha else f"{short(sha)} ({revision})"
+
+
+def ignored_warning(root: Path, relative: str) -> str | None:
+    """The warning for a file the tool wrote that the repository's .gitignore hides (CI
+    would run without it), with both ways out; None when git does not ignore it."""
+    if git_process(root, "check-ignore", "-q", relative).returncode != 0:
+        return None
+    return (f"warning: your .gitignore hides {relative}, so CI would run without it; commit "
+            f"it anyway with `git add -f {relative}`, or add `!/{relative}` to .gitignore")
