@@ -50,6 +50,12 @@ on:
 permissions:
   contents: read
 
+# A new push to a pull request cancels the run of its older commit; a run of {branch} or of
+# the schedule is never cancelled (it saves the cache that pull requests restore).
+concurrency:
+  group: regression-${{{{ github.event.pull_request.number || github.ref }}}}
+  cancel-in-progress: ${{{{ github.event_name == 'pull_request' }}}}
+
 jobs:
   regression:
     name: regression shard ${{{{ matrix.shard }}}}/${{{{ strategy.job-total }}}}

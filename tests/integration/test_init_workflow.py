@@ -23,6 +23,7 @@ from regression.config.settings import load_settings
 
 WORKFLOW = ".github/workflows/regression.yml"
 BIN = Path(sys.executable).parent
+PROJECT = Path(__file__).resolve().parents[2]
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 MODELS = """\
@@ -206,6 +207,11 @@ def test_a_pull_request_is_checked_against_its_base_and_a_push_against_config_ya
         assert '${REFERENCE:+--reference "$REFERENCE"}' in _step(repo, name)["run"], name
     restore = _step(repo, "restore")["with"]
     assert restore["restore-keys"] == "${{ steps.key.outputs.restore-key }}"
+    ours = yaml.safe_load((PROJECT / ".github/workflows/regression.yml").read_text())
+    for workflow in (data, ours):  # a newer push cancels a pull request's older run only
+        assert workflow["concurrency"] == {
+            "group": "regression-${{ github.event.pull_request.number || github.ref }}",
+            "cancel-in-progress": "${{ github.event_name == 'pull_request' }}"}
     _lint(repo)
 
 
