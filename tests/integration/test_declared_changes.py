@@ -46,11 +46,11 @@ ROUNDING = "1.0000001"  # one ULP or so of each output: rounding-level
 BEHAVIOUR = "1.01"
 
 
-def two_case_repo(path: Path, cache: Path) -> Repo:
+def two_case_repo(path: Path, cache: Path, tests: str = TESTS) -> Repo:
     repo = init_repo(path, cache)
     repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
     repo.write("subj/__init__.py", SUBJECT.format(scale="1.0", shift="0.0"))
-    repo.write("tests/test_subj.py", TESTS)
+    repo.write("tests/test_subj.py", tests)
     repo.write("tasks.py", TASKS)
     repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
     repo.write(".gitignore", "__pycache__/\n")
@@ -108,15 +108,24 @@ def test_a_declared_change_passes_with_its_reason_until_it_grows_or_the_referenc
 
 
 def test_a_declaration_never_excuses_a_case_that_fails_otherwise(tmp_path: Path) -> None:
-    repo = two_case_repo(tmp_path / "repo", tmp_path / "cache")
+    """The declared case fails after its check, only in the check run (BREAK): the reference
+    recorded it, its check matches the declaration, and the run fails on its change."""
+    breaks = TESTS.replace('name="out")\n\n\ndef test_shift',
+                           'name="out")\n    assert not os.environ.get("BREAK"), "broken"\n\n\n'
+                           'def test_shift')
+    repo = two_case_repo(tmp_path / "repo", tmp_path / "cache", "import os\n" + breaks)
     repo.write("subj/__init__.py", SUBJECT.format(scale=ROUNDING, shift="0.0"))
     assert repo.invoke("accept", "--reason", "r").returncode == 0
-    repo.write("tests/test_subj.py", TESTS.replace(
-        'name="out")\n\n\ndef test_shift', 'name="out")\n    assert False, "broken"\n\n\n'
-        'def test_shift'))
-    done = repo.invoke("test")
+    declared = repo.invoke("test")
+    assert declared.returncode == 0, output(declared)
+    assert f"DECLARED {FORWARD}: r" in declared.stdout, output(declared)
+    done = repo.invoke("test", env={"BREAK": "1"})
     assert done.returncode == 1, output(done)
     assert f"DECLARED {FORWARD}" not in done.stdout
+    assert f"CHANGED {FORWARD}: 'out'" in done.stdout, output(done)  # its change, unexcused
+    assert "2 cases: 1 identical, 1 changed, 0 not in reference, 0 errors" in done.stdout
+    assert "AssertionError: broken" in done.stdout
+    assert "recording" not in output(done)  # the reference's records, the case's included
 
 
 def test_a_declared_case_that_does_not_exist_stops_the_run(tmp_path: Path) -> None:

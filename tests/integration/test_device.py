@@ -17,12 +17,23 @@ gpu = pytest.mark.skipif(NO_GPU, reason="needs a CUDA device: none is visible he
 
 PUT = """\
 import torch
+from subj.spread import spread
 
 
 def test_put(regression):
     values = torch.zeros(4, device=regression.device)
-    values.put_(torch.tensor([0, 0], device=regression.device), regression.randn(2))
+    spread(values, torch.tensor([0, 0], device=regression.device), regression.randn(2))
     regression.check(values)
+"""
+# At the reference the subject adds the values with an operation torch runs deterministically;
+# the working tree's subject puts them with put_, which it cannot: one recording, which
+# succeeds, and the check run names the operation.
+SPREAD = """\
+import torch
+
+
+def spread(values: torch.Tensor, index: torch.Tensor, source: torch.Tensor) -> None:
+    values.{call}
 """
 
 
@@ -58,10 +69,16 @@ def test_device_flag_overrides_config_and_a_bad_device_is_refused(subject_repo: 
 
 def test_an_operation_torch_cannot_run_deterministically_is_named_with_the_ways_out(
         subject_repo: Repo) -> None:
+    subject_repo.write("subj/spread.py", SPREAD.format(call="index_add_(0, index, source)"))
     subject_repo.write("tests/test_put.py", PUT)
+    subject_repo.commit("a subject function the test calls")
+    subject_repo.git("tag", "-f", "v1")
+    subject_repo.write("subj/spread.py", SPREAD.format(call="put_(index, source)"))
     done = subject_repo.invoke("test")
     text = output(done)
     assert done.returncode == 1, text
+    assert "failed at the reference" not in text, text  # the reference recorded it
+    assert "2 cases: 1 identical, 0 changed, 0 not in reference, 1 error" in text, text
     assert "ERROR tests/test_put.py::test_put: RuntimeError: put_ does not have a " \
            "deterministic implementation" in text
     assert "torch has no deterministic implementation of put_, which the case calls" in text

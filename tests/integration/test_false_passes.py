@@ -58,20 +58,14 @@ def test_cases_deselected_by_addopts_or_collect_only_fail_the_run(
         assert f"tests/test_subj.py::test_forward: {why}" in text
 
 
-def test_case_that_checks_nothing_is_an_error(subject_repo: Repo) -> None:
+def test_a_case_that_checks_nothing_is_an_error_and_reasons_name_the_exception_and_where(
+        subject_repo: Repo) -> None:
+    """One recording at HEAD for both: a case that checks nothing, a subject module that
+    does not parse there, and a value that cannot be stored."""
     subject_repo.write("tests/test_subj.py", """\
         def test_forward(regression):
             regression.randn(3)  # draws inputs, checks nothing
         """)
-    subject_repo.commit("a case that checks nothing")
-    done = subject_repo.invoke("test", "--reference", "HEAD")
-    text = output(done)
-    assert done.returncode == 1, text
-    assert "0 identical" in text and "1 error" in text
-    assert "called regression.check() zero times" in text
-
-
-def test_reasons_name_the_exception_and_where_it_happened(subject_repo: Repo) -> None:
     subject_repo.write("subj/edge.py", "def edge(x:\n    return x\n")  # does not parse
     subject_repo.write("tests/test_edge.py", """\
         from subj.edge import edge
@@ -84,10 +78,15 @@ def test_reasons_name_the_exception_and_where_it_happened(subject_repo: Repo) ->
         def test_unstorable(regression):
             regression.check(object())
         """)
-    subject_repo.commit("a subject module that does not parse, a value that cannot be stored")
+    subject_repo.commit("a case that checks nothing, a subject module that does not parse, "
+                        "a value that cannot be stored")
     subject_repo.write("subj/edge.py", "def edge(x):\n    return x\n")
     done = subject_repo.invoke("test", "--reference", "HEAD")
     text = output(done)
+    assert done.returncode == 1, text
+    assert "3 cases: 0 identical, 0 changed, 1 not in reference, 2 errors" in text, text
+    assert "ERROR tests/test_subj.py::test_forward: the test called regression.check() zero " \
+           "times" in text
     assert "NOT IN REFERENCE tests/test_edge.py::test_edge: could not be collected at the " \
            "reference: SyntaxError: " in text, text
     assert "(in subj/edge.py:1)" in text
@@ -120,32 +119,6 @@ def test_xdist_in_addopts_records_in_one_process_and_checks_in_workers(subject_r
     assert "1 of 1 regression cases this run was meant to check did not run" in output(changed)
 
 
-def test_thread_count_changed_by_a_conftest_is_an_error_in_both_modes(subject_repo: Repo) -> None:
-    subject_repo.write("tests/conftest.py", """\
-        import os
-
-        import pytest
-        import torch
-
-
-        @pytest.fixture(autouse=True)
-        def threads():
-            if os.environ.get("MORE_THREADS"):
-                torch.set_num_threads(2)
-        """)
-    subject_repo.commit("a conftest that may change the thread count")
-    more = {"MORE_THREADS": "1"}
-    refused = subject_repo.invoke("gen", "--reference", "HEAD", env=more)
-    assert refused.returncode == 2, output(refused)
-    assert "torch.get_num_threads() is 2, but config.yaml's determinism.threads is 1" \
-        in refused.stderr
-    assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
-    checked = subject_repo.invoke("test", "--reference", "HEAD", env=more)
-    assert checked.returncode == 1, output(checked)
-    assert "determinism.threads is 1" in output(checked)
-    assert "0 identical" in output(checked)
-
-
 @pytest.mark.slow
 def test_subject_from_elsewhere_fails_the_run_also_with_workers(recorded_subject_repo: Repo,
                                                                 tmp_path: Path) -> None:
@@ -159,8 +132,22 @@ def test_subject_from_elsewhere_fails_the_run_also_with_workers(recorded_subject
         assert "subject modules were imported from outside" in output(done)
 
 
-def test_case_skipped_before_its_fixture_fails_when_the_reference_recorded_it(
+def test_thread_count_changed_by_a_conftest_or_a_case_skipped_before_its_fixture_fail(
         subject_repo: Repo) -> None:
+    """One recording at HEAD for both: a conftest that may change the thread count (an
+    error in both modes) and a case a fixture may skip (the reference recorded it)."""
+    subject_repo.write("tests/conftest.py", """\
+        import os
+
+        import pytest
+        import torch
+
+
+        @pytest.fixture(autouse=True)
+        def threads():
+            if os.environ.get("MORE_THREADS"):
+                torch.set_num_threads(2)
+        """)
     subject_repo.write("tests/test_guarded.py", """\
         import os
 
@@ -177,8 +164,18 @@ def test_case_skipped_before_its_fixture_fails_when_the_reference_recorded_it(
         def test_guarded(maybe_skip, regression):
             regression.check(subj.forward(regression.randn(2, 4)))
         """)
-    subject_repo.commit("a case a fixture may skip")
+    subject_repo.commit("a conftest that may change the thread count, a case a fixture may skip")
+    more = {"MORE_THREADS": "1"}
+    refused = subject_repo.invoke("gen", "--reference", "HEAD", env=more)
+    assert refused.returncode == 2, output(refused)
+    assert "torch.get_num_threads() is 2, but config.yaml's determinism.threads is 1" \
+        in refused.stderr
     assert subject_repo.invoke("gen", "--reference", "HEAD").returncode == 0
+    checked = subject_repo.invoke("test", "--reference", "HEAD", env=more)
+    assert checked.returncode == 1, output(checked)
+    assert "determinism.threads is 1" in output(checked)
+    assert "0 identical" in output(checked)
+
     done = subject_repo.invoke("test", "--reference", "HEAD", env={"SKIP_IT": "1"})
     text = output(done)
     assert done.returncode == 1, text

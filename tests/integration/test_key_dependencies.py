@@ -162,20 +162,16 @@ def _copy(repo: Repo, to: Path) -> Repo:
     return Repo(to / "repo", to / "cache")
 
 
-def test_an_edited_helper_re_records_instead_of_a_false_change(helped: Repo,
-                                                                tmp_path: Path) -> None:
+def test_an_edited_helper_re_records_and_a_subject_edit_compensating_it_is_caught(
+        helped: Repo, tmp_path: Path) -> None:
+    """An edited helper re-records instead of reading as a false change; the subject edited
+    to compensate it exactly (a power of 2) is then caught against that recording."""
     repo = _copy(helped, tmp_path)
     repo.write("tests/models.py", "def build(x):\n    return x * 2\n")
     done = repo.invoke("test")
     assert done.returncode == 0, output(done)
     assert "recording 4 of 4 cases" in output(done)
     assert "4 identical" in output(done)
-
-
-def test_a_helper_edit_compensated_in_the_subject_is_caught(helped: Repo,
-                                                            tmp_path: Path) -> None:
-    repo = _copy(helped, tmp_path)
-    repo.write("tests/models.py", "def build(x):\n    return x * 2\n")  # exact: a power of 2
     subject = (repo.path / "subj" / "__init__.py").read_text()
     repo.write("subj/__init__.py", subject.replace("linear(x,", "linear(x / 2,"))
     done = repo.invoke("test")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 
 def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "-p", "no:hypothesispytest", *args],  # as helpers.NO_HYPOTHESIS
                           cwd=folder, text=True, capture_output=True, check=False, timeout=300,
                           env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"})
 

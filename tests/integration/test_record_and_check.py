@@ -154,46 +154,36 @@ def test_a_cold_run_checks_while_it_records_with_the_verdicts_of_one_that_record
     assert "6 cases: 2 identical, 2 changed, 2 not in reference, 0 errors" in summary, summary
 
 
-def test_a_recording_refused_at_its_end_makes_every_case_it_handed_over_an_error(
+def test_a_recording_refused_at_its_end_is_an_error_of_every_case_it_handed_over_also_to_junit(
         tmp_path: Path) -> None:
-    """The tests import a package of the working tree: the recording refuses once it ends,
-    after the check run has checked the case against what it handed over."""
+    """The tests import a package of the working tree, and a test reads a data file outside
+    the test folders, not listed in `harness`: the recording refuses once it ends, after the
+    check run has checked the case against what it handed over. The tool, pytest's own count
+    and the JUnit file say error for that case; the plain test beside it passed, and says so."""
     repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
     repo.write("helper/__init__.py", "FACTOR = 1\n")
-    repo.write("tests/test_subj.py", "import helper\n" + TESTS)
-    repo.commit("a helper package outside the subject")
-    done = repo.invoke("test", "--reference", "HEAD")
+    repo.write("assets/scale.json", '{"scale": 1.0}\n')
+    reads = TESTS.replace(
+        "    regression.check(subj.forward(regression.randn(2, 4)), name=\"out\")",
+        "    root = Path(__file__).resolve().parents[1]  # the working tree's, by its path\n"
+        "    scale = json.load(open(root / \"assets\" / \"scale.json\"))[\"scale\"]\n"
+        "    regression.check(subj.forward(regression.randn(2, 4)) * scale, name=\"out\")")
+    repo.write("tests/test_subj.py",
+               "import json\nfrom pathlib import Path\n\nimport helper\n" + reads)
+    repo.commit("a helper package and a data file outside the subject and the test folders")
+    junit = tmp_path / "junit.xml"
+    done = repo.invoke("test", "--reference", "HEAD", "--junitxml", str(junit))
     text = output(done)
     assert done.returncode == 2, text
     assert "each checked as soon as it is stored" in text, text
     assert text.count("these modules were imported from your working tree while recording "
                       "at the reference") == 1, text
+    assert "assets/scale.json (read)" in text and "`harness`" in text, text
     assert "ERROR tests/test_subj.py::test_forward: checked against a reference that the " \
            "recording at" in text, text
     assert "1 case: 0 identical, 0 changed, 0 not in reference, 1 error" in text, text
     assert "bit-identical" not in text, text
     assert not list(repo.cache.rglob("*.safetensors")), "a refused recording stored tensors"
-
-
-def test_pytest_and_junit_say_error_where_the_recording_refused_what_the_case_read(
-        tmp_path: Path) -> None:
-    """A test reads a data file outside the test folders, not listed in `harness`: the
-    recording refuses once it ends, after the check run checked the case against what it
-    handed over. pytest's own count and the JUnit file say error for that case, as the tool
-    does; the plain test beside it passed, and says so."""
-    repo = make_subject_repo(tmp_path / "repo", tmp_path / "cache")
-    repo.write("assets/scale.json", '{"scale": 1.0}\n')
-    repo.write("tests/test_subj.py", "import json\nfrom pathlib import Path\n" + TESTS.replace(
-        "    regression.check(subj.forward(regression.randn(2, 4)), name=\"out\")",
-        "    root = Path(__file__).resolve().parents[1]  # the working tree's, by its path\n"
-        "    scale = json.load(open(root / \"assets\" / \"scale.json\"))[\"scale\"]\n"
-        "    regression.check(subj.forward(regression.randn(2, 4)) * scale, name=\"out\")"))
-    repo.commit("a data file outside the test folders")
-    junit = tmp_path / "junit.xml"
-    done = repo.invoke("test", "--reference", "HEAD", "--junitxml", str(junit))
-    text = output(done)
-    assert done.returncode == 2, text
-    assert "assets/scale.json (read)" in text and "`harness`" in text, text
     assert re.search(r"\n=+ 1 passed, 1 error in ", done.stdout), text  # test_plain passed
     xml = junit.read_text()
     forward = xml[xml.index('name="test_forward"'):]

@@ -25,9 +25,10 @@ def test_an_echoed_line_after_the_run_is_a_line_of_its_own(tmp_path: Path,
                                                            workers: list[str]) -> None:
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_a.py").write_text("def test_1(): pass\ndef test_2(): pass\n")
+    # hypothesis's plugin imports hypothesis in each of the three processes: 3 s of CPU of 4
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:regression",
-                           "-p", "no:cacheprovider", *workers], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                           "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *workers],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert "recording 3 of 3 cases at v1 ..." in lines, done.stdout
