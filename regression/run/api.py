@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -49,8 +50,15 @@ def _collected(reference: Reference, subject_root: Path | None,
     with scratch_folder("result") as folder:
         job = CollectJob(reference, result=str(Path(folder) / "result.json"),
                          subject_root=str(subject_root or ""))
-        process = run_pytest(settings, ["--collect-only", "-q", *select, *settings.tests],
-                             job, True)
+        args = ["--collect-only", "-q", *select, *settings.tests]
+        if subject_root is not None or not hasattr(os, "fork"):  # as run_check decides
+            process = run_pytest(settings, args, job, True)
+        else:  # a fork: no second Python start, nor a second import of torch
+            output = Path(folder) / "output.txt"
+            code = run_forked(settings, args, job, output)
+            process = subprocess.CompletedProcess(
+                args, code, output.read_text(encoding="utf-8", errors="replace")
+                if output.is_file() else "", "")
         error = job.read_error()
         result = job.read_result()
     if error is not None:

@@ -203,11 +203,13 @@ ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten
                           ":pytest.PytestAssertRewriteWarning")
 
 
-def run_forked(settings: Settings, args: Sequence[str], job: CheckJob) -> int:
+def run_forked(settings: Settings, args: Sequence[str], job: CheckJob | CollectJob,
+               output: Path | None = None) -> int:
     """Run pytest in a fork of this process, as `run_pytest` would in a new one: no second
     Python start, no second import of what this one has loaded (torch, our package),
     and yet a process of its own, so that a run that ends early (os._exit in a test) cannot
-    end this one, which then reads the run's completion record."""
+    end this one, which then reads the run's completion record. With `output`, what the
+    run prints goes to that file (as `run_pytest` captures it), not to this one's."""
     with scratch_folder("job") as folder:
         job_file = Path(folder) / "job.json"
         job.save(job_file)
@@ -219,7 +221,7 @@ def run_forked(settings: Settings, args: Sequence[str], job: CheckJob) -> int:
         if pid == 0:
             if ending is not None:
                 ending()  # a cancelled job's KILL of this process ends the child too
-            _run_child(settings, _pytest_args(settings, args, job), environment, job)
+            _run_child(settings, _pytest_args(settings, args, job), environment, job, output)
         child = Forked(pid)
         try:
             with _terminate_passed_on(child):
@@ -275,13 +277,19 @@ def _end(code: int) -> NoReturn:
 
 
 def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
-               job: CheckJob) -> NoReturn:
-    """The forked check run: pytest, set up as in the root, then the process ends with its
-    exit code, never returning into the caller's code."""
+               job: CheckJob | CollectJob, output: Path | None) -> NoReturn:
+    """The forked run: pytest, set up as in the root (its output into `output`, if any),
+    then the process ends with its exit code, never returning into the caller's code."""
     code = 1
     signal.signal(signal.SIGTERM, _end_at_once)
     try:
         import pytest
+
+        if output is not None:
+            captured = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            for stream in (1, 2):
+                os.dup2(captured, stream)
+            os.close(captured)
 
         with _started_as_pytest(settings, environment):
             code = int(pytest.main([*ALREADY_IMPORTED, *args]))

@@ -76,3 +76,22 @@ def test_a_warm_test_run_is_one_torch_process_that_reads_config_and_resolves_onc
     assert len(torch_processes) == 1, log.read_text()
     assert notes["config"] == 1, log.read_text()
     assert notes["git-resolve"] == 1 and notes["git-version"] == 0, log.read_text()
+
+
+def test_key_collects_in_a_fork_of_the_invoke_process(recorded_subject_repo: Repo,
+                                                     tmp_path: Path) -> None:
+    """`invoke key` collects the cases in a fork of itself, as the check run does: one
+    Python start, one torch."""
+    repo = recorded_subject_repo
+    counting = tmp_path / "counting"
+    counting.mkdir()
+    (counting / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
+    log = tmp_path / "log"
+    env = {"PYTHONPATH": str(counting), "COUNT_LOG": str(log),
+           "COUNT_CONFIG": str((repo.path / "config.yaml").resolve())}
+    done = repo.invoke("key", env=env, process=True)
+    assert done.returncode == 0, output(done)
+    assert re.fullmatch(r"torch-regression-[0-9a-f-]+\n", done.stdout), output(done)
+    notes = Counter(line.split()[0] for line in log.read_text().splitlines())
+    assert notes["start"] == 1, log.read_text()  # invoke; the collection is its fork
+    assert notes["torch"] >= 1, log.read_text()  # the collection did import torch
