@@ -192,7 +192,7 @@ class Judge:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        nodeid = item.nodeid  # pytest builds it anew at each access
+        nodeid = item.nodeid  # read once: a property, asked for often
         case = uses_fixture(item)
         if case:
             durations = self.ledger.durations  # not the wait for the recording beside it

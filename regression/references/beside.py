@@ -140,18 +140,24 @@ class RecordingBeside:
 
     def begin(self, suite: Suite, todo: dict[str, Pending], result: Generation,
               lock: ExitStack) -> None:
-        """Hand the recording its cases; `lock` (the entry's) is held until it ends."""
-        self.suite, self.todo, self.result = suite, todo, result
+        """Hand the recording its cases; `lock` (the entry's) is held until it ends. Should
+        that fail, the lock goes at once and the recording is its owner's to cancel."""
+        self.todo, self.result = todo, result
         self.stack.enter_context(lock)
-        cases = {nodeid: p.harness for nodeid, p in todo.items()}
-        self.job = replace(self.job, cases=cases, parts=suite.entry.parts)
-        pipe, self.cases_pipe = self.cases_pipe, -1  # the answer goes back on it
-        # a thread: the recording reads its cases once it has collected, and a pipe holds
-        # only so much
-        self.answers = pipe
-        overlap.note_native_readers()  # the tests have loaded torch and safetensors by now
-        threading.Thread(target=send_cases, args=(pipe, cases, suite.entry.parts), daemon=True,
-                         name="torch-regression cases").start()
+        try:
+            cases = {nodeid: p.harness for nodeid, p in todo.items()}
+            self.job = replace(self.job, cases=cases, parts=suite.entry.parts)
+            pipe, self.cases_pipe = self.cases_pipe, -1  # the answer goes back on it
+            # a thread: the recording reads its cases once it has collected, and a pipe
+            # holds only so much
+            self.answers = pipe
+            overlap.note_native_readers()  # the tests have loaded torch and safetensors
+            threading.Thread(target=send_cases, args=(pipe, cases, suite.entry.parts),
+                             daemon=True, name="torch-regression cases").start()
+        except BaseException:
+            lock.close()
+            raise
+        self.suite = suite
 
     def _close_cases(self) -> None:
         """Close the pipe of the cases unsent: the recording is told no case."""

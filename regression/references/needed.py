@@ -108,7 +108,8 @@ class NeededReferences:
 
         try:
             settings = reference.settings
-            suite, harness = _suite(reference, job, items, rootdir)
+            loads = not in_worker and not (job is not None and job.gen == GEN_ONLY)
+            suite, harness = _suite(reference, job, items, rootdir, loads)
             spec = suite.shard
             if spec is not None:
                 echo(f"shard {spec}: {len(suite.cases)} cases")
@@ -189,9 +190,11 @@ class NeededReferences:
 
 
 def _suite(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
-           rootdir: Path) -> tuple[Suite, HarnessDigests]:
+           rootdir: Path, loads: bool) -> tuple[Suite, HarnessDigests]:
     """The check run's suite: every collected case of its shard, with its harness digest,
-    and the cache entry of its key (which keeps what its plan verified for the loads)."""
+    and the cache entry of its key (which keeps what its plan verified for the loads, where
+    this process `loads` the cases: not in `invoke gen`, nor in an xdist worker, which plans
+    every case and runs some)."""
     from regression.environment.fingerprint import environment_parts
     from regression.environment.harness import HarnessDigests, extra_harness_files
     from regression.plugin.common import uses_fixture
@@ -204,7 +207,7 @@ def _suite(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
     chosen = shard_cases(settings, (i.nodeid for i in items if uses_fixture(i)), spec)
     cases = {i.nodeid: harness.of(i.path) for i in items if i.nodeid in chosen}
     entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
-                  reference=reference.sha, keep=KEEP_FOR_CHECK)
+                  reference=reference.sha, keep=KEEP_FOR_CHECK if loads else 0)
     subject_root = Path(job.subject_root) if job and job.subject_root else None
     return Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
                  workers=job.workers if job else 0,

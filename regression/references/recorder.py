@@ -43,6 +43,7 @@ def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[s
             _stale(stored, harness, root, known)
         if why:
             todo[nodeid] = Pending(harness, why)
+            entry.release(nodeid)  # recorded again: its record may name another file
     return todo
 
 

@@ -228,6 +228,8 @@ def run_forked(settings: Settings, args: Sequence[str], job: CheckJob | CollectJ
                 return child.wait()
         except KeyboardInterrupt:  # the child, in this process group, was interrupted too
             let_finish(child, first=30.0)
+            if output is not None:  # a collection: it has nothing to store, the user stopped
+                raise
             return child.wait()
         except Terminated:
             child.end(grace=10.0)

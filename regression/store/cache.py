@@ -96,7 +96,9 @@ class Entry:
         since."""
         self._keep = keep
         """Bytes of verified tensor files the plan may still keep for the check that loads
-        them (read once, not twice); 0 where nothing loads them (gen)."""
+        them (read once, not twice); 0 where nothing loads them (gen, an xdist worker)."""
+        self._kept: dict[str, Path] = {}
+        """The tensor file whose bytes are kept, by case (see release)."""
         self._tensor_index: dict[str, set[str]] = {}
         """Tensor files in the cases folder by case id, listed once (see _tensor_files)."""
         self._verified: dict[Path, tuple[Stamp, Any]] = {}
@@ -341,15 +343,25 @@ class Entry:
         stored: set[str] = set()
         if body["tensors"]:
             path = self.cases / body["tensors"]["file"]
+            self.release(nodeid)  # planned again: what the last plan kept goes back first
             layout = verified_layout(path, body["tensors"]["digest"], keep=self._keep > 0)
             if layout.data is not None and len(layout.data) <= self._keep:
                 self._keep -= len(layout.data)
                 self._layouts[path] = layout
+                self._kept[nodeid] = path
             elif settled(layout.stamp):
                 self._layouts[path] = replace(layout, data=None)
             stored = {slot.name for slot in layout.slots}
         self._require_tensors(nodeid, wanted, stored)
         return StoredHarness(str(body["harness"]), dict(body["helpers"]))
+
+    def release(self, nodeid: str) -> None:
+        """Let go of the bytes kept for a case's tensor file: planned again, or to be
+        recorded again (its new record may name another file)."""
+        path = self._kept.pop(nodeid, None)
+        layout = self._layouts.pop(path, None) if path is not None else None
+        if layout is not None and layout.data is not None:
+            self._keep += len(layout.data)
 
     def digested_harness(self, nodeid: str) -> str | None:
         """The harness of a stored case that keeps some tensor as a digest only (None when
@@ -384,6 +396,7 @@ class Entry:
             tensors = {}
             if body["tensors"]:
                 path = self.cases / body["tensors"]["file"]
+                self._kept.pop(nodeid, None)
                 layout = self._layouts.pop(path, None)
                 if layout is not None and layout.data is not None:
                     self._keep += len(layout.data)  # let go with the case

@@ -871,3 +871,44 @@ def test_storing_many_cases_lists_the_cases_folder_once(
     assert len(tensor_files) == 1  # the earlier recording's file was removed all the same
     record = fresh.load_case(NODEID)
     assert record is not None and torch.equal(record.outputs[0].value, torch.zeros(2))
+
+
+# A check run's plan keeps the bytes it verified for the case that loads them, within a budget.
+
+def _three_cases(entry: Entry) -> list[str]:
+    nodeids = [f"{NODEID[:-1]}{i}]" for i in range(3)]
+    for nodeid in nodeids:
+        entry.save_case(replace(recorded_case(), nodeid=nodeid))
+    for path in entry.cases.iterdir():  # settled: written before the racy window
+        os.utime(path, (path.stat().st_atime - 10, path.stat().st_mtime - 10))
+    return nodeids
+
+
+def test_kept_bytes_are_loaded_unread_and_given_back_to_the_budget(entry: Entry) -> None:
+    nodeids = _three_cases(entry)
+    size = next(entry.cases.glob("*.safetensors")).stat().st_size  # the same for the three
+    planned = Entry(entry.directory.parent, PARTS, keep=2 * size)  # room for two of three
+    for nodeid in nodeids:
+        planned.valid_harness(nodeid)
+    for nodeid in nodeids:
+        planned.valid_harness(nodeid)  # planned again (under the lock): nothing is lost
+    assert planned._keep == 0 and len(planned._kept) == 2
+    for path in entry.cases.glob("*.safetensors"):
+        path.write_bytes(b"")  # what was kept is what was verified: no second read
+    kept = [planned.load_case(nodeid) for nodeid in nodeids if nodeid in planned._kept]
+    values = [o.value for o in recorded_case().outputs]
+    assert all(case is not None and compare(values, [o.value for o in case.outputs]) == []
+               for case in kept)
+    assert len(kept) == 2 and planned._keep == 2 * size and not planned._kept
+
+
+def test_a_case_to_record_again_lets_go_of_its_kept_bytes(entry: Entry) -> None:
+    nodeid = _three_cases(entry)[0]
+    planned = Entry(entry.directory.parent, PARTS, keep=1 << 20)
+    planned.valid_harness(nodeid)
+    assert planned._keep < 1 << 20
+    planned.release(nodeid)
+    assert planned._keep == 1 << 20 and not planned._kept and not planned._layouts
+    nothing_kept = Entry(entry.directory.parent, PARTS)  # gen, a worker: no budget
+    nothing_kept.valid_harness(nodeid)
+    assert not nothing_kept._kept
