@@ -56,16 +56,21 @@ def _pytest_settings() -> str:
     return section.group(0)
 
 
-def test_a_warm_test_run_is_one_torch_process_that_reads_config_and_resolves_once(
-        recorded_subject_repo: Repo, tmp_path: Path) -> None:
-    repo = recorded_subject_repo
-    repo.write("pyproject.toml", _pytest_settings())
+def _counting(repo: Repo, tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a run whose Python processes note what they do, and the log."""
     counting = tmp_path / "counting"
     counting.mkdir()
     (counting / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
     log = tmp_path / "log"
-    env = {"PYTHONPATH": str(counting), "COUNT_LOG": str(log),
-           "COUNT_CONFIG": str((repo.path / "config.yaml").resolve())}
+    return {"PYTHONPATH": str(counting), "COUNT_LOG": str(log),
+            "COUNT_CONFIG": str((repo.path / "config.yaml").resolve())}, log
+
+
+def test_a_warm_test_run_is_one_torch_process_that_reads_config_and_resolves_once(
+        recorded_subject_repo: Repo, tmp_path: Path) -> None:
+    repo = recorded_subject_repo
+    repo.write("pyproject.toml", _pytest_settings())
+    env, log = _counting(repo, tmp_path)
     done = repo.invoke("test", env=env, process=True)
     assert done.returncode == 0, output(done)
     assert "1 identical" in output(done), output(done)  # warm: nothing recorded
@@ -83,12 +88,7 @@ def test_key_collects_in_a_fork_of_the_invoke_process(recorded_subject_repo: Rep
     """`invoke key` collects the cases in a fork of itself, as the check run does: one
     Python start, one torch."""
     repo = recorded_subject_repo
-    counting = tmp_path / "counting"
-    counting.mkdir()
-    (counting / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
-    log = tmp_path / "log"
-    env = {"PYTHONPATH": str(counting), "COUNT_LOG": str(log),
-           "COUNT_CONFIG": str((repo.path / "config.yaml").resolve())}
+    env, log = _counting(repo, tmp_path)
     done = repo.invoke("key", env=env, process=True)
     assert done.returncode == 0, output(done)
     assert re.fullmatch(r"torch-regression-[0-9a-f-]+\n", done.stdout), output(done)
