@@ -6,7 +6,6 @@ below imports it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from contextlib import contextmanager
 from dataclasses import replace
@@ -22,7 +21,7 @@ from regression.repository.worktree import reference_worktree
 from regression.run.completion import settle
 from regression.references.recorder import in_context
 from regression.run.job import GEN_AUTO, CheckJob, CollectJob
-from regression.run.launch import run_forked, run_pytest, tail
+from regression.run.launch import forks, run_forked, run_pytest, tail
 from regression.run.types import CheckResult, CollectResult, Reference, Suite
 from regression.shard import ShardSpec
 from regression.store.cache import Entry
@@ -51,9 +50,9 @@ def _collected(reference: Reference, subject_root: Path | None,
         job = CollectJob(reference, result=str(Path(folder) / "result.json"),
                          subject_root=str(subject_root or ""))
         args = ["--collect-only", "-q", *select, *settings.tests]
-        if subject_root is not None or not hasattr(os, "fork"):  # as run_check decides
+        if not forks(job):
             process = run_pytest(settings, args, job, True)
-        else:  # a fork: no second Python start, nor a second import of torch
+        else:  # no second Python start, nor a second import of torch
             output = Path(folder) / "output.txt"
             code = run_forked(settings, args, job, output)
             process = subprocess.CompletedProcess(
@@ -95,11 +94,10 @@ def run_check(reference: Reference, job: CheckJob, args: Sequence[str],
     with scratch_folder("result") as folder:
         job = replace(job, result=str(Path(folder) / "result.json"))
         args = [*args, *(paths or settings.tests)]
-        # compare: the candidate's subject must be the first one loaded, not tasks.py's
-        if job.subject_root or not hasattr(os, "fork"):
-            code = run_pytest(settings, args, job, capture=False).returncode
-        else:
+        if forks(job):
             code = run_forked(settings, args, job)
+        else:
+            code = run_pytest(settings, args, job, capture=False).returncode
         error = job.read_error()
         result = job.read_result()
         journal = job.read_journal()

@@ -203,6 +203,13 @@ ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten
                           ":pytest.PytestAssertRewriteWarning")
 
 
+def forks(job: CheckJob | CollectJob) -> bool:
+    """Whether `job` runs in a fork of this process (run_forked) rather than a new Python:
+    not where the candidate's subject must be the first one loaded (compare: this process
+    may have loaded another through tasks.py), nor where there is no fork."""
+    return not job.subject_root and hasattr(os, "fork")
+
+
 def run_forked(settings: Settings, args: Sequence[str], job: CheckJob | CollectJob,
                output: Path | None = None) -> int:
     """Run pytest in a fork of this process, as `run_pytest` would in a new one: no second

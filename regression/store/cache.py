@@ -359,9 +359,16 @@ class Entry:
         """Let go of the bytes kept for a case's tensor file: planned again, or to be
         recorded again (its new record may name another file)."""
         path = self._kept.pop(nodeid, None)
-        layout = self._layouts.pop(path, None) if path is not None else None
+        if path is not None:
+            self._taken(path)
+
+    def _taken(self, path: Path) -> Layout | None:
+        """The layout the plan verified for `path`, if any, taken: the bytes it kept no
+        longer count against the budget."""
+        layout = self._layouts.pop(path, None)
         if layout is not None and layout.data is not None:
             self._keep += len(layout.data)
+        return layout
 
     def digested_harness(self, nodeid: str) -> str | None:
         """The harness of a stored case that keeps some tensor as a digest only (None when
@@ -397,10 +404,7 @@ class Entry:
             if body["tensors"]:
                 path = self.cases / body["tensors"]["file"]
                 self._kept.pop(nodeid, None)
-                layout = self._layouts.pop(path, None)
-                if layout is not None and layout.data is not None:
-                    self._keep += len(layout.data)  # let go with the case
-                tensors = tensors_from_file(path, body["tensors"]["digest"], layout)
+                tensors = tensors_from_file(path, body["tensors"]["digest"], self._taken(path))
             self._require_tensors(nodeid, wanted, set(tensors), where)
             outputs = tuple(Output(o["name"], decode(o["value"], tensors))
                             for o in body["outputs"])
