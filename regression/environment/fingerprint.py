@@ -290,7 +290,7 @@ def _cublas_version() -> str:
     own, and pip can swap it without a new torch): asked of the library itself."""
     import ctypes
 
-    path = _loaded_library("libcublas.so")
+    path = loaded_library("libcublas.so")
     if not path:
         return "not loaded"
     try:
@@ -306,7 +306,7 @@ def _cublas_version() -> str:
         return f"unknown ({Path(path).name})"
 
 
-def _loaded_library(prefix: str) -> str:
+def loaded_library(prefix: str) -> str:
     """The path of a shared library this process has mapped whose name starts so; ""."""
     try:
         maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")

@@ -26,7 +26,7 @@ from regression.references.recorder import outcome, record_job, recording_args, 
 from regression.run import overlap
 from regression.run.handoff import HandedOverCases, answer_shared, send_cases
 from regression.run.job import Beside, RecordJob
-from regression.run.launch import before_exit, let_finish, start_pytest
+from regression.run.launch import Started, before_exit, let_finish, start_pytest
 from regression.run.types import Echo, Generation, Pending, Reference, Suite
 from regression.store.record import CaseRecord
 from regression.store.scratch import scratch_folder
@@ -95,7 +95,7 @@ class RecordingBeside:
         self.handoff.close()
         self.stack.close()
 
-    def _start(self) -> tuple[subprocess.Popen[str], HandedOverCases, int]:
+    def _start(self) -> tuple[Started, HandedOverCases, int]:
         """The recording's process; the check run's end of the pipe it hands cases over on,
         and of the one its cases go to it on."""
         reference, stack = self.reference, self.stack
@@ -229,7 +229,7 @@ class RecordingBeside:
                 raise
         self.output.seek(0)
         recorded = outcome(reference, self.job, subprocess.CompletedProcess(
-            child.args, child.returncode, self.output.read()))
+            child.args, child.wait(), self.output.read()))
         self.result.recorded = list(recorded.recorded)
         self.result.absent = dict(recorded.absent)
         self.result.doubtful = dict(recorded.doubtful)

@@ -17,11 +17,12 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Callable, Iterator, NoReturn, Protocol, Sequence
+from typing import IO, Callable, Iterator, NoReturn, Protocol, Sequence, Union
 
 from regression.config.settings import Settings
 from regression.config.paths import CACHE_DIR_ENV
 from regression.errors import RegressionError
+from regression.run import forkserver
 from regression.run.lifeline import ending_with_this_process
 from regression.repository.gitcmd import git_environment
 from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, CollectJob, Job, RecordJob
@@ -105,45 +106,85 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
         command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
         env = _child_environment(settings, job_file)
         if progress is not None:
-            return _streamed(command, settings.root, env, progress)
+            served = _served(settings, command[3:], env, job) if capture else None
+            if served is not None:
+                return _streamed(served[0], served[1], progress)
+            return _streamed(*_started(command, settings.root, env), progress)
         return subprocess.run(command, cwd=settings.root, env=env, text=True,
                               capture_output=capture, check=False,
                               preexec_fn=ending_with_this_process())
 
 
+Started = Union[subprocess.Popen[str], forkserver.ServedChild]
+"""A recording started to run beside: a new Python, or a fork of the fork server."""
+
+
 def start_pytest(settings: Settings, args: Sequence[str], job: RecordJob, folder: Path,
-                 output: IO[str], pipes: Sequence[int]) -> subprocess.Popen[str]:
+                 output: IO[str], pipes: Sequence[int]) -> Started:
     """Start pytest for `job` in a new process and return at once: its job file in
     `folder`, its output into `output`, and `pipes` (file descriptors) inherited."""
     job_file = folder / "job.json"
     job.save(job_file)
-    command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
-    return subprocess.Popen(command, cwd=settings.root, env=_child_environment(settings, job_file),
-                            text=True, stdout=output, stderr=subprocess.STDOUT,
+    args = _pytest_args(settings, args, job)
+    env = _child_environment(settings, job_file)
+    server = forkserver.server(settings.root, RECORDING_MODULES)
+    if server is not None:
+        output.flush()
+        try:
+            return server.start([*ALREADY_IMPORTED, *args], settings.root, env, output.fileno(),
+                                pipes)
+        except OSError:
+            pass  # the server is gone: a new Python, as where there is none
+    return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=settings.root,
+                            env=env, text=True, stdout=output, stderr=subprocess.STDOUT,
                             pass_fds=tuple(pipes), preexec_fn=ending_with_this_process())
 
 
-def _streamed(command: list[str], cwd: Path, env: dict[str, str],
-              progress: Echo) -> subprocess.CompletedProcess[str]:
-    """Run `command`, its progress lines shown live, the rest kept. On Ctrl-C, the child
-    (which a terminal interrupts too) is given time to store what it finished."""
+def _served(settings: Settings, args: list[str], env: dict[str, str], job: Job | None
+            ) -> tuple[Child, IO[str]] | None:
+    """A recording forked by this process's fork server, and its output to read; None where
+    there is no server, or the job is no recording."""
+    if job is None or isinstance(job, (CheckJob, CollectJob)):
+        return None
+    server = forkserver.server(settings.root, RECORDING_MODULES)
+    if server is None:
+        return None
+    read, write = os.pipe()
+    try:
+        child = server.start([*ALREADY_IMPORTED, *args], settings.root, env, write)
+    except OSError:
+        os.close(read)
+        return None
+    finally:
+        os.close(write)
+    return child, os.fdopen(read, "r", encoding="utf-8", errors="replace")
+
+
+def _started(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[Child, IO[str]]:
+    child = subprocess.Popen(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, preexec_fn=ending_with_this_process())
+    assert child.stdout is not None
+    return child, child.stdout
+
+
+def _streamed(child: Child, stdout: IO[str], progress: Echo) -> subprocess.CompletedProcess[str]:
+    """Wait for `child`, the progress lines of its output (`stdout`) shown live, the rest
+    kept. On Ctrl-C, the child (which a terminal interrupts too) is given time to store what
+    it finished."""
     kept: list[str] = []
-    with subprocess.Popen(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT,
-                          preexec_fn=ending_with_this_process()) as child:
-        assert child.stdout is not None
+    with stdout:
         try:
-            for line in child.stdout:
+            for line in stdout:
                 before, marker, shown = line.partition(PROGRESS)  # after pytest's dots
                 if marker:
                     progress(shown.rstrip("\n"))
                     line = before
                 kept.append(line)
-            child.wait()
+            code = child.wait()
         except KeyboardInterrupt:
             let_finish(child)
             raise
-    return subprocess.CompletedProcess(command, child.returncode, "".join(kept), "")
+    return subprocess.CompletedProcess(getattr(child, "args", []), code, "".join(kept), "")
 
 
 class Child(Protocol):
@@ -203,6 +244,10 @@ ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten
                           ":pytest.PytestAssertRewriteWarning")
 
 
+RECORDING_MODULES = ("regression.run.entry", "regression.plugin.recording_mode")
+"""What every recording loads: loaded once by the fork server, not in each of its forks."""
+
+
 def forks(job: CheckJob | CollectJob) -> bool:
     """Whether `job` runs in a fork of this process (run_forked) rather than a new Python:
     not where the candidate's subject must be the first one loaded (compare: this process
@@ -221,8 +266,7 @@ def run_forked(settings: Settings, args: Sequence[str], job: CheckJob | CollectJ
         job_file = Path(folder) / "job.json"
         job.save(job_file)
         environment = _child_environment(settings, job_file)  # its errors are this process's
-        sys.stdout.flush()
-        sys.stderr.flush()
+        forkserver.prepare_fork()
         ending = ending_with_this_process()
         pid = os.fork()
         if pid == 0:
@@ -300,6 +344,8 @@ def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
                 os.dup2(captured, stream)
             os.close(captured)
 
+        if isinstance(job, CheckJob):
+            forkserver.server(settings.root, RECORDING_MODULES)  # now, before pytest starts
         with _started_as_pytest(settings, environment):
             code = int(pytest.main([*ALREADY_IMPORTED, *args]))
     except RegressionError as exc:  # before pytest ran: the invoke process says it, as data

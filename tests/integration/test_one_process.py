@@ -3,12 +3,14 @@ repository whose pytest settings are this project's own (its suite's xdist optio
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from collections import Counter
 from pathlib import Path
 
-from helpers import PROJECT, Repo, output
+import pytest
+from helpers import PROJECT, TASKS, Repo, output
 
 # Every Python process started with this folder on PYTHONPATH notes, in the file $COUNT_LOG
 # names, that it started, that it imported torch, each time it opened config.yaml and each git
@@ -95,3 +97,79 @@ def test_key_collects_in_a_fork_of_the_invoke_process(recorded_subject_repo: Rep
     notes = Counter(line.split()[0] for line in log.read_text().splitlines())
     assert notes["start"] == 1, log.read_text()  # invoke; the collection is its fork
     assert notes["torch"] >= 1, log.read_text()  # the collection did import torch
+
+
+@pytest.mark.parametrize("beside", [True, False], ids=["beside", "first"])
+def test_a_cold_test_run_records_in_a_fork_and_imports_torch_once(
+        subject_repo: Repo, tmp_path: Path, beside: bool) -> None:
+    """The recording, beside the check run or before it, is a fork of the fork server (which
+    the check run forked before pytest started): torch is imported by one process only."""
+    repo = subject_repo
+    if not beside:
+        repo.write("config.yaml", (repo.path / "config.yaml").read_text()
+                   + "record_beside_check: false\n")
+    env, log = _counting(repo, tmp_path)
+    done = repo.invoke("test", env=env, process=True)
+    assert done.returncode == 0, output(done)
+    assert "recorded 1 case" in output(done) and "1 identical" in output(done), output(done)
+    torch_processes = {line.split()[1] for line in log.read_text().splitlines()
+                       if line.startswith("torch ")}
+    assert len(torch_processes) == 1, log.read_text()
+
+
+FACTS = """\
+import json
+import os
+import signal
+import sys
+
+import torch
+
+
+def test_facts(regression):
+    cwd = os.getcwd()
+    main = sys.modules["__main__"]
+    facts = {
+        "path": [p.replace(cwd, "<cwd>") for p in sys.path],
+        "modules": sorted(n for n in ("tasks", "invoke", "invoke.main") if n in sys.modules),
+        "main": getattr(getattr(main, "__spec__", None), "name", None),
+        "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+        "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+        "environ": {k: v for k, v in os.environ.items()
+                    if k not in ("REGRESSION_JOB", "FACTS", "COUNT_LOG")},
+        "threads": torch.get_num_threads(),
+        "seed": torch.initial_seed(),
+        "bytecode": sys.dont_write_bytecode,
+    }
+    with open(os.environ["FACTS"], "w", encoding="utf-8") as handle:
+        json.dump(facts, handle)
+    regression.check(torch.zeros(1), name="x")
+"""
+
+
+def test_a_forked_recording_starts_as_a_new_python_would(subject_repo: Repo,
+                                                          tmp_path: Path) -> None:
+    """What a recording's code can see of how its process started is the same in a fork of
+    the fork server as in a new Python (which records where the server is not started: a
+    tasks.py that loads a module of the project)."""
+    repo = subject_repo
+    repo.write("tests/test_facts.py", FACTS)
+    repo.commit("facts")
+    repo.git("tag", "-f", "-a", "v1", "-m", "facts")
+    seen = {}
+    env, _ = _counting(repo, tmp_path)
+    for how in ("fork", "new"):
+        if how == "new":
+            repo.write("project_tasks.py", "")
+            repo.write("tasks.py", "import project_tasks  # noqa: F401\n" + TASKS)
+        log = tmp_path / f"{how}.log"
+        env.update(COUNT_LOG=str(log), FACTS=str(tmp_path / f"{how}.json"))
+        done = repo.invoke("gen", "--force", env=env, process=True)
+        assert done.returncode == 0, output(done)
+        torch_processes = {line.split()[1] for line in log.read_text().splitlines()
+                           if line.startswith("torch ")}
+        assert len(torch_processes) == (1 if how == "fork" else 2), (how, log.read_text())
+        seen[how] = json.loads((tmp_path / f"{how}.json").read_text(encoding="utf-8"))
+    assert seen["fork"]["modules"] == [] and seen["fork"]["main"] == "pytest.__main__"
+    for name in seen["fork"]:
+        assert seen["fork"][name] == seen["new"][name], name

@@ -222,10 +222,10 @@ def test_the_driver_version_is_read_from_either_kind_of_kernel_module() -> None:
     assert driver_version_in("") == "unknown"
 
 
-def test_a_loaded_library_is_found_by_its_name_in_this_process() -> None:
-    from regression.environment.fingerprint import _loaded_library
-    assert "libpython" in _loaded_library("libpython") or "libc.so" in _loaded_library("libc.so")
-    assert _loaded_library("libno-such-library.so") == ""
+def test_aloaded_library_is_found_by_its_name_in_this_process() -> None:
+    from regression.environment.fingerprint import loaded_library
+    assert "libpython" in loaded_library("libpython") or "libc.so" in loaded_library("libc.so")
+    assert loaded_library("libno-such-library.so") == ""
 
 
 SUBJECT_PYPROJECT = """\

@@ -1,0 +1,342 @@
+"""The fork server: the recordings a check run starts, each a fork of a process at rest.
+
+A recording is a process of its own, as `python -m pytest` in the project's root would start;
+starting Python and importing torch again cost about 2 s of CPU each time. Before pytest
+starts, the forked check run forks one more process, the server: torch loaded, no torch
+operation run (a fork cannot take a thread pool along: a parallel operation in the child
+would wait for threads that are not there), CUDA not started, and nothing of the user's code
+loaded but invoke's tasks.py. Each recording the check run starts is a fork of the server,
+set up as a new `python -m pytest` would be: its working folder, environment, `sys.path`,
+signals, standard streams and the pipes it is handed; nothing loaded twice, and yet a process
+of its own, whose results are those of a new one. Where there is no server (a check run
+that is itself a new Python, an xdist worker, bisect and explain in the invoke process),
+recordings start a new Python.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import fcntl
+import importlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from regression.environment.fingerprint import loaded_library
+from regression.run.lifeline import ending_with_this_process
+
+_SERVERS: list[ForkServer] = []
+_REFUSED: list[int] = []
+"""The process that found itself not at rest: it asks no more."""
+
+
+def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
+    """This process's fork server, started now if it has none and is at rest: Linux, one
+    thread, CUDA not started, and no module of the user's repository at `root` loaded but
+    what started it (invoke's script and tasks.py). torch is loaded first, and OpenMP's
+    threads let go (a fork takes no thread along: a parallel operation in the child would
+    wait for them forever). The server loads the `preload` modules before its first fork
+    (what each recording would load). None where there is none (a server that is gone
+    included: a new Python, then)."""
+    me = os.getpid()
+    if _SERVERS and _SERVERS[0].owner == me:
+        return None if _SERVERS[0].gone else _SERVERS[0]
+    if me in _REFUSED:
+        return None
+    if not _at_rest(root):
+        _REFUSED.append(me)
+        return None
+    import torch  # noqa: F401 - once, here, for every recording forked from the server
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ending = ending_with_this_process()
+    prepare_fork()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        if ending is not None:
+            ending()
+        _serve(theirs, root, preload)
+    theirs.close()
+    _SERVERS[:] = [ForkServer(ours, pid)]
+    return _SERVERS[0]
+
+
+def _at_rest(root: Path) -> bool:
+    """Whether a fork of this process can start a recording as a new Python would."""
+    if not hasattr(os, "fork") or not sys.platform.startswith("linux") \
+            or threading.current_thread() is not threading.main_thread() \
+            or threading.active_count() != 1:
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return False  # a fork cannot use CUDA
+    return not _user_modules(root, allowed=_started_by(root))
+
+
+def prepare_fork() -> None:
+    """Before a fork: output flushed, and OpenMP's thread pool let go, where torch has
+    started one (a parallel operation in the child would wait forever for threads that a
+    fork does not take along); it starts again at the next parallel operation."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    library = loaded_library("libgomp") or loaded_library("libiomp")
+    if library:
+        pause = getattr(ctypes.CDLL(library), "omp_pause_resource_all", None)
+        if pause is not None:
+            pause.argtypes = [ctypes.c_int]
+            pause(2)  # omp_pause_hard: the threads end
+
+
+class ForkServer:
+    """The check run's end of its server."""
+
+    def __init__(self, connection: socket.socket, pid: int) -> None:
+        self.connection = connection
+        self.pid = pid
+        self.owner = os.getpid()
+        self.gone = False
+
+    def start(self, args: Sequence[str], cwd: Path, env: dict[str, str], output: int,
+              pipes: Sequence[int] = ()) -> ServedChild:
+        """Start pytest.main(ARGS) in a fork of the server, as `python -m pytest` would run: in
+        `cwd`, with `env`, its output into the file descriptor `output`, and `pipes` as this
+        process has them."""
+        mine, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = {"args": list(args), "cwd": str(cwd), "env": env, "pipes": list(pipes)}
+        try:
+            socket.send_fds(self.connection, [json.dumps(request).encode()],
+                            [its.fileno(), output, *pipes])
+        except OSError:
+            self.gone = True
+            mine.close()
+            raise
+        finally:
+            its.close()
+        return ServedChild(mine, [sys.executable, "-m", "pytest", *args])
+
+
+class ServedChild:
+    """A recording forked by the server, waited for and signalled as a subprocess.Popen."""
+
+    def __init__(self, channel: socket.socket, args: list[str]) -> None:
+        self.channel = channel
+        self.args = args
+        self.returncode: int | None = None
+        self.lock = threading.Lock()
+        message = channel.recv(256)
+        if not message:
+            raise OSError("the fork server ended before it started the recording")
+        self.pid = int(json.loads(message)["pid"])
+
+    def poll(self) -> int | None:
+        return self._status(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._status(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return code
+
+    def _status(self, timeout: float | None) -> int | None:
+        with self.lock:
+            if self.returncode is None and select.select([self.channel], [], [], timeout)[0]:
+                message = self.channel.recv(256)
+                # no message: the server died (killed), and its children with it
+                self.returncode = int(json.loads(message)["status"]) if message \
+                    else -signal.SIGKILL
+                self.channel.close()
+            return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _serve(connection: socket.socket, root: Path, preload: Sequence[str]) -> NoReturn:
+    """The server: a fork for each request, each one's exit status sent back on its own
+    channel; when the check run is gone, its recordings are stopped and the server ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the runs, not for this
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    channels: dict[int, socket.socket] = {}
+    code = 0
+    try:
+        while True:
+            if select.select([connection], [], [], 0.05)[0]:
+                message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 64)
+                if not message:
+                    break
+                request = json.loads(message)
+                for name in preload:
+                    importlib.import_module(name)
+                request["path"] = _new_python_path(request["cwd"], request["env"])
+                pid = _fork_run(request, fds, connection, channels, root)
+                channels[pid] = socket.socket(fileno=fds[0])
+                channels[pid].send(json.dumps({"pid": pid}).encode())
+                for fd in fds[1:]:
+                    os.close(fd)
+            _reap(channels)
+        _stop_all(channels)
+    except BaseException:  # noqa: B036 - the server ends here, whatever happened
+        code = 1
+        _stop_all(channels)
+    os._exit(code)
+
+
+def _reap(channels: dict[int, socket.socket]) -> None:
+    """Send the exit status of each recording that ended to its channel."""
+    while channels:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        channel = channels.pop(pid, None)
+        if channel is not None:
+            try:
+                channel.send(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode())
+            except OSError:
+                pass  # the check run let go of it
+            channel.close()
+
+
+def _stop_all(channels: dict[int, socket.socket], grace: float = 10.0) -> None:
+    """The check run is gone: its recordings are asked to end, then killed."""
+    for pid in channels:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while channels and time.monotonic() < deadline:
+        _reap(channels)
+        time.sleep(0.05)
+    for pid in channels:
+        _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _fork_run(request: dict[str, Any], fds: list[int], connection: socket.socket,
+              channels: dict[int, socket.socket], root: Path) -> int:
+    ending = ending_with_this_process()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        if ending is not None:
+            ending()
+        connection.close()
+        for channel in channels.values():
+            channel.close()
+        os.close(fds[0])
+        _as_new_python(request, fds[1:], root)
+        import pytest
+
+        code = int(pytest.main(request["args"]))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except BaseException:  # noqa: B036 - the child must end here, whatever happened
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
+                pass
+        os._exit(code)
+
+
+def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
+    """This fork set up as `python -m pytest` would start in `request['cwd']`: signals as
+    Python sets them, its output and pipes at their numbers, its folder, environment and
+    `sys.path`, invoke's and tasks.py's modules and the exit functions gone, and pytest as
+    `__main__`."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    targets: Sequence[int] = request["pipes"]
+    above = max([2, *targets]) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]  # out of every target's way
+    for fd in fds:
+        os.close(fd)
+    for stream in (1, 2):
+        os.dup2(moved[0], stream)
+    for fd, target in zip(moved[1:], targets):
+        os.dup2(fd, target)  # the number the job names
+    for fd in moved:
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.path[:] = request["path"]
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    for name in [*_user_modules(root, allowed=("__main__",)),
+                 *(n for n in sys.modules if n == "invoke" or n.startswith("invoke."))]:
+        del sys.modules[name]  # the program that started the check run: invoke, tasks.py
+    atexit._clear()  # the check run's, not this process's
+    main = types.ModuleType("__main__")
+    spec = importlib.util.find_spec("pytest.__main__")
+    main.__spec__, main.__file__ = spec, spec.origin if spec else None
+    sys.modules["__main__"] = main
+    importlib.invalidate_caches()
+
+
+_PATHS: dict[str, list[str]] = {}
+
+
+def _new_python_path(cwd: str, env: dict[str, str]) -> list[str]:
+    """`sys.path` as `python -m pytest` would start with in `cwd` under `env`: asked of a
+    new Python (without torch: a few milliseconds), once per folder and environment."""
+    key = json.dumps([cwd, sorted((k, v) for k, v in env.items() if k.startswith("PYTHON"))])
+    if key not in _PATHS:
+        shown = subprocess.run([sys.executable, "-c", "import sys, json; print(json.dumps("
+                                "sys.path))"], cwd=cwd, env=env, capture_output=True,
+                               text=True, check=True)
+        path = json.loads(shown.stdout)
+        _PATHS[key] = [cwd if p == "" else p for p in path]  # -m puts the folder where -c has ""
+    return list(_PATHS[key])
+
+
+def _started_by(root: Path) -> set[str]:
+    """What started this process (`__main__`: invoke's script, which may sit in a venv in
+    the project) and invoke's tasks module of the project: replaced and dropped in each fork."""
+    module = sys.modules.get("tasks")
+    origin = getattr(module, "__file__", None) if module is not None else None
+    if isinstance(origin, str) and Path(origin).resolve().is_relative_to(root.resolve()):
+        return {"__main__", "tasks"}
+    return {"__main__"}
+
+
+def _user_modules(root: Path, allowed: set[str] | Sequence[str]) -> list[str]:
+    """Modules loaded from the user's repository (not from an installed package, nor this
+    package), but `allowed`."""
+    from regression.plugin.strays import stray_modules
+
+    return [name for name in stray_modules(root, []) if name not in allowed]
+

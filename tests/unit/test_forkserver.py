@@ -1,0 +1,40 @@
+"""Forking a process that has run torch: the fork server's and the check run's forks."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import torch
+
+from regression.run.forkserver import prepare_fork
+
+
+def _fork_and_run_parallel(prepare: bool, alarm: int) -> int:
+    """Exit status of a fork that runs parallel operations after this process ran some."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        big = torch.randn(2000, 2000)
+        (big + 1).sum()  # OpenMP starts its thread pool here
+        if prepare:
+            prepare_fork()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(alarm)  # a wait for threads the fork did not take along ends here
+            (big * 2).exp().sum()
+            big @ big
+            os._exit(0)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_fork_after_a_parallel_operation_runs_parallel_operations() -> None:
+    assert _fork_and_run_parallel(prepare=True, alarm=120) == 0
+    (torch.randn(2000, 2000) + 1).sum()  # and this process still runs them
+
+
+def test_without_letting_openmp_go_the_fork_would_hang() -> None:
+    """What prepare_fork prevents: the fork waits forever (here, until its alarm)."""
+    assert _fork_and_run_parallel(prepare=False, alarm=3) == -signal.SIGALRM
