@@ -118,13 +118,13 @@ class ForkServer:
         try:
             socket.send_fds(self.connection, [json.dumps(request).encode()],
                             [its.fileno(), output, *pipes])
-        except OSError:
+            its.close()
+            return ServedChild(mine, [sys.executable, "-m", "pytest", *args])
+        except OSError:  # the server is gone (killed): the caller starts a new Python
             self.gone = True
+            its.close()
             mine.close()
             raise
-        finally:
-            its.close()
-        return ServedChild(mine, [sys.executable, "-m", "pytest", *args])
 
 
 class ServedChild:

@@ -99,6 +99,7 @@ def test_key_collects_in_a_fork_of_the_invoke_process(recorded_subject_repo: Rep
     assert notes["torch"] >= 1, log.read_text()  # the collection did import torch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beside", [True, False], ids=["beside", "first"])
 def test_a_cold_test_run_records_in_a_fork_and_imports_torch_once(
         subject_repo: Repo, tmp_path: Path, beside: bool) -> None:
@@ -126,6 +127,14 @@ import sys
 import torch
 
 
+def _kind(fd):
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "gone"  # listdir's own
+    return target.split(":")[0] if ":" in target else "file"
+
+
 def test_facts(regression):
     cwd = os.getcwd()
     main = sys.modules["__main__"]
@@ -140,6 +149,7 @@ def test_facts(regression):
         "threads": torch.get_num_threads(),
         "seed": torch.initial_seed(),
         "bytecode": sys.dont_write_bytecode,
+        "fds": sorted(_kind(fd) for fd in os.listdir("/proc/self/fd")),
     }
     with open(os.environ["FACTS"], "w", encoding="utf-8") as handle:
         json.dump(facts, handle)
@@ -147,6 +157,7 @@ def test_facts(regression):
 """
 
 
+@pytest.mark.slow
 def test_a_forked_recording_starts_as_a_new_python_would(subject_repo: Repo,
                                                           tmp_path: Path) -> None:
     """What a recording's code can see of how its process started is the same in a fork of
