@@ -82,7 +82,7 @@ _OURS = Path(__file__).resolve().parents[1]  # this package: never "the user's c
 def _deepest_place(frames: list[tuple[str, int]], roots: tuple[Path, ...]) -> str:
     """The deepest frame in the user's code: under `roots`, but not in this package nor in
     an installed library (a venv inside the project holds site-packages); "" if none."""
-    from regression.plugin.strays import library_folders
+    from regression.environment.origins import library_folders
 
     libraries = (_OURS, *library_folders())
     chosen = [f for f in frames if _relative(f[0], roots) and not _relative(f[0], libraries)]

@@ -17,7 +17,8 @@ from regression.environment.harness import extra_harness_files, helper_digests
 from regression.plugin.importer import install_redirect, verify_origins
 from regression.plugin.recording_run import RecordingRun
 from regression.plugin.worker_messages import CONTROLLER, role
-from regression.plugin.strays import require_own_files, stray_modules
+from regression.environment.origins import stray_modules
+from regression.plugin.strays import require_own_files
 from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
 from regression.repository.worktree import lay_working_harness
 

@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from regression.run.overlap import note_native_readers
-from regression.plugin.strays import THIS_PACKAGE, is_package_above, library_folders
+from regression.environment.origins import THIS_PACKAGE, is_package_above, library_folders
 
 
 class TreeWatch:

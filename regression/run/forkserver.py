@@ -2,15 +2,17 @@
 
 A recording is a process of its own, as `python -m pytest` in the project's root would start;
 starting Python and importing torch again cost about 2 s of CPU each time. Before pytest
-starts, the forked check run forks one more process, the server: torch loaded, no torch
-operation run (a fork cannot take a thread pool along: a parallel operation in the child
-would wait for threads that are not there), CUDA not started, and nothing of the user's code
-loaded but invoke's tasks.py. Each recording the check run starts is a fork of the server,
+starts, the forked check run forks one more process, the server: no torch operation run (a
+fork cannot take a thread pool along: a parallel operation in the child would wait for
+threads that are not there), CUDA not started, and nothing of the user's code loaded but
+invoke's tasks.py. At the first recording it loads torch, pytest and the plugin, once. Each
+recording the check run starts is a fork of the server,
 set up as a new `python -m pytest` would be: its working folder, environment, `sys.path`,
 signals, standard streams and the pipes it is handed; nothing loaded twice, and yet a process
-of its own, whose results are those of a new one. Where there is no server (a check run
-that is itself a new Python, an xdist worker, bisect and explain in the invoke process),
-recordings start a new Python.
+of its own, whose results are those of a new one. bisect, explain and `--full-values` start
+a server in the invoke process at their first recording. Where a process is not at rest when
+it would start one (a check run that is itself a new Python, or an xdist worker, has loaded
+the user's code by then), its recordings start a new Python.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from regression.environment.fingerprint import loaded_library
+from regression.environment.origins import stray_modules
 from regression.run.lifeline import ending_with_this_process
 
 _SERVERS: list[ForkServer] = []
@@ -44,11 +47,12 @@ _REFUSED: list[int] = []
 def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
     """This process's fork server, started now if it has none and is at rest: Linux, one
     thread, CUDA not started, and no module of the user's repository at `root` loaded but
-    what started it (invoke's script and tasks.py). torch is loaded first, and OpenMP's
-    threads let go (a fork takes no thread along: a parallel operation in the child would
-    wait for them forever). The server loads the `preload` modules before its first fork
-    (what each recording would load). None where there is none (a server that is gone
-    included: a new Python, then)."""
+    what started it (invoke's script and tasks.py); OpenMP's threads are let go (a fork takes
+    no thread along: a parallel operation in the child would wait for them forever). The
+    server loads the `preload` modules (what each recording loads: torch, pytest, the
+    plugin) at its first request, not before: the check run, which forks it before it loads
+    torch itself, may need no recording, and where it does, both load torch at once. None
+    where there is none (a server that is gone included: a new Python, then)."""
     me = os.getpid()
     if _SERVERS and _SERVERS[0].owner == me:
         return None if _SERVERS[0].gone else _SERVERS[0]
@@ -57,8 +61,6 @@ def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
     if not _at_rest(root):
         _REFUSED.append(me)
         return None
-    import torch  # noqa: F401 - once, here, for every recording forked from the server
-
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     ending = ending_with_this_process()
     prepare_fork()
@@ -128,17 +130,24 @@ class ForkServer:
 
 
 class ServedChild:
-    """A recording forked by the server, waited for and signalled as a subprocess.Popen."""
+    """A recording forked by the server, waited for and signalled as a subprocess.Popen. It
+    is asked for and the caller goes on: the server may first load torch (seconds), which the
+    check run meanwhile loads too."""
 
     def __init__(self, channel: socket.socket, args: list[str]) -> None:
         self.channel = channel
         self.args = args
         self.returncode: int | None = None
+        self._pid: int | None = None
         self.lock = threading.Lock()
-        message = channel.recv(256)
-        if not message:
-            raise OSError("the fork server ended before it started the recording")
-        self.pid = int(json.loads(message)["pid"])
+
+    @property
+    def pid(self) -> int | None:
+        """The recording's process id, once the server has started it (None if it never
+        did)."""
+        if self._pid is None and self.returncode is None:
+            self._status(None, until_started=True)
+        return self._pid
 
     def poll(self) -> int | None:
         return self._status(0.0)
@@ -149,20 +158,33 @@ class ServedChild:
             raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         return code
 
-    def _status(self, timeout: float | None) -> int | None:
+    def _status(self, timeout: float | None, until_started: bool = False) -> int | None:
+        """Read what the server said of the recording (its pid, then its exit status) for
+        up to `timeout` seconds; its exit status, once it has one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
-            if self.returncode is None and select.select([self.channel], [], [], timeout)[0]:
+            while self.returncode is None and not (until_started and self._pid is not None):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not select.select([self.channel], [], [], left)[0]:
+                    break
                 message = self.channel.recv(256)
-                # no message: the server died (killed), and its children with it
-                self.returncode = int(json.loads(message)["status"]) if message \
-                    else -signal.SIGKILL
-                self.channel.close()
+                if not message:  # the server died (killed), and its children with it
+                    self.returncode = -signal.SIGKILL
+                    self.channel.close()
+                    break
+                said = json.loads(message)
+                if "pid" in said:
+                    self._pid = int(said["pid"])
+                else:
+                    self.returncode = int(said["status"])
+                    self.channel.close()
             return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
+        pid = self.pid  # a recording still being started: once it is
+        if pid is not None and self.poll() is None:
             try:
-                os.kill(self.pid, sig)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 pass
 
@@ -336,7 +358,5 @@ def _started_by(root: Path) -> set[str]:
 def _user_modules(root: Path, allowed: set[str] | Sequence[str]) -> list[str]:
     """Modules loaded from the user's repository (not from an installed package, nor this
     package), but `allowed`."""
-    from regression.plugin.strays import stray_modules
-
     return [name for name in stray_modules(root, []) if name not in allowed]
 

@@ -244,7 +244,8 @@ ALREADY_IMPORTED = ("-W", "ignore:Module already imported so cannot be rewritten
                           ":pytest.PytestAssertRewriteWarning")
 
 
-RECORDING_MODULES = ("regression.run.entry", "regression.plugin.recording_mode")
+RECORDING_MODULES = ("torch", "pytest", "regression.run.entry", "regression.plugin",
+                     "regression.plugin.recording_mode")
 """What every recording loads: loaded once by the fork server, not in each of its forks."""
 
 

@@ -27,12 +27,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from regression.environment.origins import THIS_PACKAGE
+
 READ, WROTE, REPLACED = "read", "wrote", "replaced"
 """What a run touched: read, wrote, and (of what it wrote) replaced: wrote from the start,
 not appending."""
-THIS_PACKAGE = Path(__file__).resolve().parents[1]
-"""The tool's own code, which both runs read (it may be installed from a folder that
-changes meanwhile: an editable install being developed)."""
 _LOCKS = (".lock", ".lck")
 _SYSTEM = ("/proc/", "/sys/", "/dev/")
 _SHARED_MEMORY = "/dev/shm/"

@@ -100,22 +100,27 @@ def test_key_collects_in_a_fork_of_the_invoke_process(recorded_subject_repo: Rep
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("beside", [True, False], ids=["beside", "first"])
-def test_a_cold_test_run_records_in_a_fork_and_imports_torch_once(
-        subject_repo: Repo, tmp_path: Path, beside: bool) -> None:
-    """The recording, beside the check run or before it, is a fork of the fork server (which
-    the check run forked before pytest started): torch is imported by one process only."""
+@pytest.mark.parametrize("args", [("test",), ("gen", "--repeat", "3")], ids=["beside", "repeat"])
+def test_recordings_are_forks_of_the_fork_server_which_imports_torch_once(
+        subject_repo: Repo, tmp_path: Path, args: tuple[str, ...]) -> None:
+    """A recording, beside the check run or three of them in a row, starts no Python: each is
+    a fork of the fork server, which the check run forked before it imported torch, and which
+    imports it once, at its first recording (the two import torch at once)."""
     repo = subject_repo
-    if not beside:
-        repo.write("config.yaml", (repo.path / "config.yaml").read_text()
-                   + "record_beside_check: false\n")
     env, log = _counting(repo, tmp_path)
-    done = repo.invoke("test", env=env, process=True)
+    done = repo.invoke(*args, env=env, process=True)
     assert done.returncode == 0, output(done)
-    assert "recorded 1 case" in output(done) and "1 identical" in output(done), output(done)
-    torch_processes = {line.split()[1] for line in log.read_text().splitlines()
-                       if line.startswith("torch ")}
-    assert len(torch_processes) == 1, log.read_text()
+    assert "recorded 1 case" in output(done), output(done)
+    assert _new_torch_pythons(log) == set(), log.read_text()
+
+
+def _new_torch_pythons(log: Path) -> set[str]:
+    """The processes that started a Python and imported torch in it: not invoke (its check
+    run, a fork, imports torch), not the server's `python -c` that tells it sys.path, and
+    not a forked recording; a recording that starts a new Python does."""
+    notes = [line.split() for line in log.read_text().splitlines()]
+    return {pid for what, pid in notes if what == "start"} & \
+        {pid for what, pid in notes if what == "torch"}
 
 
 FACTS = """\
@@ -177,9 +182,7 @@ def test_a_forked_recording_starts_as_a_new_python_would(subject_repo: Repo,
         env.update(COUNT_LOG=str(log), FACTS=str(tmp_path / f"{how}.json"))
         done = repo.invoke("gen", "--force", env=env, process=True)
         assert done.returncode == 0, output(done)
-        torch_processes = {line.split()[1] for line in log.read_text().splitlines()
-                           if line.startswith("torch ")}
-        assert len(torch_processes) == (1 if how == "fork" else 2), (how, log.read_text())
+        assert len(_new_torch_pythons(log)) == (how == "new"), (how, log.read_text())
         seen[how] = json.loads((tmp_path / f"{how}.json").read_text(encoding="utf-8"))
     assert seen["fork"]["modules"] == [] and seen["fork"]["main"] == "pytest.__main__"
     for name in seen["fork"]:

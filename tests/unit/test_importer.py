@@ -23,7 +23,8 @@ from regression.plugin.importer import (
     module_locations,
     verify_origins,
 )
-from regression.plugin.strays import require_own_files, stray_modules
+from regression.environment.origins import stray_modules
+from regression.plugin.strays import require_own_files
 from regression.plugin.tree_watch import TreeWatch, stop_watching, watch_tree
 
 SOURCE = "COPY = {copy!r}\nWHERE = __file__\n"
@@ -483,6 +484,6 @@ def test_the_deepest_folder_decides_between_subject_and_tests(tmp_path: Path) ->
 def test_the_package_excused_from_the_stray_checks_is_all_of_regression() -> None:
     """Not only the folder of the module that names it: every layer of the package is ours."""
     import regression
-    from regression.plugin.strays import THIS_PACKAGE
+    from regression.environment.origins import THIS_PACKAGE
 
     assert THIS_PACKAGE == Path(regression.__file__).resolve().parent
