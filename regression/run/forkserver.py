@@ -281,18 +281,31 @@ def _fork_run(request: dict[str, Any], fds: list[int], connection: socket.socket
 
         code = int(pytest.main(request["args"]))
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        code = exit_code(exc)
     except BaseException:  # noqa: B036 - the child must end here, whatever happened
         import traceback
 
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
-                pass
-        os._exit(code)
+        exit_now(code)
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The exit status Python gives a SystemExit; a message is printed, as Python does."""
+    if isinstance(exc.code, str):
+        print(exc.code, file=sys.stderr)
+    return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this forked process now, its output flushed, skipping what a fork must not run
+    (the exit functions and finalizers it took from its parent)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
+            pass
+    os._exit(code)
 
 
 def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:

@@ -322,12 +322,7 @@ def _end_at_once(signum: int, frame: object) -> None:
 def _end(code: int) -> NoReturn:
     """End the forked check run now: what must run as it ends, its output flushed."""
     _run_at_exit()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
-            pass
-    os._exit(code)
+    forkserver.exit_now(code)
 
 
 def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
@@ -353,9 +348,7 @@ def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
         job.write_error(exc)
         code = 2
     except SystemExit as exc:  # raised past pytest (a conftest's sys.exit), as Python ends
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
+        code = forkserver.exit_code(exc)
     except BaseException:  # noqa: B036 - the child must end here, whatever happened
         traceback.print_exc()
     finally:
