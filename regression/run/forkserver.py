@@ -200,6 +200,7 @@ def _serve(connection: socket.socket, root: Path, preload: Sequence[str]) -> NoR
     channel; when the check run is gone, its recordings are stopped and the server ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the runs, not for this
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _close_inherited(keep=connection.fileno())
     channels: dict[int, socket.socket] = {}
     code = 0
     try:
@@ -223,6 +224,19 @@ def _serve(connection: socket.socket, root: Path, preload: Sequence[str]) -> NoR
         code = 1
         _stop_all(channels)
     os._exit(code)
+
+
+def _close_inherited(keep: int) -> None:
+    """Close what the server took from its parent but its standard streams and `keep`: a
+    pipe whose reader waits for its end (a recording's output), a lock, as a new process
+    started with subprocess's close_fds would not hold them."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own, gone already
 
 
 def _reap(channels: dict[int, socket.socket]) -> None:

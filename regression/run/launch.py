@@ -96,19 +96,29 @@ def _pytest_args(settings: Settings, args: Sequence[str], job: Job | None) -> li
 
 def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
             capture: bool, progress: Echo | None = None) -> subprocess.CompletedProcess[str]:
-    """Run pytest in a new process in the root; with `progress`, its output is captured and
-    its progress lines go to `progress` as they come."""
+    """Run pytest in a new process in the root (a recording: a fork of this process's fork
+    server, where it has one); with `progress`, its output is captured and its progress
+    lines go to `progress` as they come."""
     with scratch_folder("job") as folder:
         job_file = None
         if job is not None:
             job_file = Path(folder) / "job.json"
             job.save(job_file)
-        command = [sys.executable, "-m", "pytest", *_pytest_args(settings, args, job)]
+        arguments = _pytest_args(settings, args, job)
+        command = [sys.executable, "-m", "pytest", *arguments]
         env = _child_environment(settings, job_file)
         if progress is not None:
-            served = _served(settings, command[3:], env, job) if capture else None
-            if served is not None:
-                return _streamed(served[0], served[1], progress)
+            if capture and job is not None and not isinstance(job, (CheckJob, CollectJob)) \
+                    and forkserver.server(settings.root, RECORDING_MODULES) is not None:
+                read, write = os.pipe()  # after the server started: it holds no end of it
+                try:
+                    served = _served(settings, arguments, env, write)
+                finally:
+                    os.close(write)
+                if served is not None:
+                    return _streamed(served, os.fdopen(read, "r", encoding="utf-8",
+                                                       errors="replace"), progress)
+                os.close(read)
             return _streamed(*_started(command, settings.root, env), progress)
         return subprocess.run(command, cwd=settings.root, env=env, text=True,
                               capture_output=capture, check=False,
@@ -121,43 +131,33 @@ Started = Union[subprocess.Popen[str], forkserver.ServedChild]
 
 def start_pytest(settings: Settings, args: Sequence[str], job: RecordJob, folder: Path,
                  output: IO[str], pipes: Sequence[int]) -> Started:
-    """Start pytest for `job` in a new process and return at once: its job file in
-    `folder`, its output into `output`, and `pipes` (file descriptors) inherited."""
+    """Start pytest for `job` in a new process (a fork of this process's fork server, where
+    it has one) and return at once: its job file in `folder`, its output into `output`, and
+    `pipes` (file descriptors) inherited."""
     job_file = folder / "job.json"
     job.save(job_file)
-    args = _pytest_args(settings, args, job)
+    arguments = _pytest_args(settings, args, job)
     env = _child_environment(settings, job_file)
-    server = forkserver.server(settings.root, RECORDING_MODULES)
-    if server is not None:
-        output.flush()
-        try:
-            return server.start([*ALREADY_IMPORTED, *args], settings.root, env, output.fileno(),
-                                pipes)
-        except OSError:
-            pass  # the server is gone: a new Python, as where there is none
-    return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=settings.root,
+    output.flush()
+    served = _served(settings, arguments, env, output.fileno(), pipes)
+    if served is not None:
+        return served
+    return subprocess.Popen([sys.executable, "-m", "pytest", *arguments], cwd=settings.root,
                             env=env, text=True, stdout=output, stderr=subprocess.STDOUT,
                             pass_fds=tuple(pipes), preexec_fn=ending_with_this_process())
 
 
-def _served(settings: Settings, args: list[str], env: dict[str, str], job: Job | None
-            ) -> tuple[Child, IO[str]] | None:
-    """A recording forked by this process's fork server, and its output to read; None where
-    there is no server, or the job is no recording."""
-    if job is None or isinstance(job, (CheckJob, CollectJob)):
-        return None
+def _served(settings: Settings, arguments: list[str], env: dict[str, str], output: int,
+            pipes: Sequence[int] = ()) -> forkserver.ServedChild | None:
+    """A recording forked by this process's fork server, its output into the file
+    descriptor `output`; None where there is no server (or it is gone): a new Python, then."""
     server = forkserver.server(settings.root, RECORDING_MODULES)
     if server is None:
         return None
-    read, write = os.pipe()
     try:
-        child = server.start([*ALREADY_IMPORTED, *args], settings.root, env, write)
+        return server.start([*ALREADY_IMPORTED, *arguments], settings.root, env, output, pipes)
     except OSError:
-        os.close(read)
         return None
-    finally:
-        os.close(write)
-    return child, os.fdopen(read, "r", encoding="utf-8", errors="replace")
 
 
 def _started(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[Child, IO[str]]:
