@@ -81,10 +81,16 @@ def _at_rest(root: Path) -> bool:
             or threading.current_thread() is not threading.main_thread() \
             or threading.active_count() != 1:
         return False
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return False  # a fork cannot use CUDA
+    if cuda_started():
+        return False
     return not _user_modules(root, allowed=_started_by(root))
+
+
+def cuda_started() -> bool:
+    """Whether this process has started CUDA: a fork of it could not use the GPU ("Cannot
+    re-initialize CUDA in forked subprocess")."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.cuda.is_initialized())
 
 
 def prepare_fork() -> None:

@@ -252,8 +252,9 @@ RECORDING_MODULES = ("torch", "pytest", "regression.run.entry", "regression.plug
 def forks(job: CheckJob | CollectJob) -> bool:
     """Whether `job` runs in a fork of this process (run_forked) rather than a new Python:
     not where the candidate's subject must be the first one loaded (compare: this process
-    may have loaded another through tasks.py), nor where there is no fork."""
-    return not job.subject_root and hasattr(os, "fork")
+    may have loaded another through tasks.py), nor where this process has started CUDA
+    (`--full-values` on a GPU: the fork could not use it), nor where there is no fork."""
+    return not job.subject_root and hasattr(os, "fork") and not forkserver.cuda_started()
 
 
 def run_forked(settings: Settings, args: Sequence[str], job: CheckJob | CollectJob,

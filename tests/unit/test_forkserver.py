@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
+import pytest
 import torch
 
 from regression.run.forkserver import prepare_fork
@@ -38,3 +40,21 @@ def test_a_fork_after_a_parallel_operation_runs_parallel_operations() -> None:
 def test_without_letting_openmp_go_the_fork_would_hang() -> None:
     """What prepare_fork prevents: the fork waits forever (here, until its alarm)."""
     assert _fork_and_run_parallel(prepare=False, alarm=3) == -signal.SIGALRM
+
+
+def test_a_process_that_started_cuda_forks_no_check_run_and_no_server(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A fork could not use the GPU: the check run and the recordings start a new Python."""
+    from regression.config.settings import Settings
+    from regression.repository.gitcmd import Repository
+    from regression.run import forkserver
+    from regression.run.job import CheckJob
+    from regression.run.launch import forks
+    from regression.run.types import Reference
+
+    settings = Settings(path=tmp_path / "config.yaml", reference="v1", subject_packages=("m",))
+    job = CheckJob(Reference(settings, Repository(str(tmp_path), str(tmp_path / ".git")), "v1",
+                             "a" * 40, "c" * 40), str(tmp_path / "result.json"))
+    assert forks(job) and not forkserver.cuda_started()  # no GPU here: CUDA never starts
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # as after a GPU's use
+    assert forkserver.cuda_started() and not forks(job)
