@@ -201,9 +201,16 @@ class ServedChild:
         self.send_signal(signal.SIGKILL)
 
 
+_IGNORED: list[int] = []
+"""The signals the server's parent ignored: ignored in a new Python it started too (exec
+keeps a signal ignored; Python then leaves SIGINT alone), as in each recording."""
+
+
 def _serve(connection: socket.socket, root: Path, preload: Sequence[str]) -> NoReturn:
     """The server: a fork for each request, each one's exit status sent back on its own
     channel; when the check run is gone, its recordings are stopped and the server ends."""
+    _IGNORED[:] = [s for s in (signal.SIGINT, signal.SIGTERM)
+                   if signal.getsignal(s) == signal.SIG_IGN]  # before the server's own
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the runs, not for this
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _close_inherited(keep=connection.fileno())
@@ -333,8 +340,9 @@ def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
     Python sets them, its output and pipes at their numbers, its folder, environment and
     `sys.path`, invoke's and tasks.py's modules and the exit functions gone, and pytest as
     `__main__`."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for number, started in ((signal.SIGINT, signal.default_int_handler),
+                            (signal.SIGTERM, signal.SIG_DFL)):
+        signal.signal(number, signal.SIG_IGN if number in _IGNORED else started)
     targets: Sequence[int] = request["pipes"]
     above = max([2, *targets]) + 1
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]  # out of every target's way

@@ -58,3 +58,67 @@ def test_a_process_that_started_cuda_forks_no_check_run_and_no_server(
     assert forks(job) and not forkserver.cuda_started()  # no GPU here: CUDA never starts
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # as after a GPU's use
     assert forkserver.cuda_started() and not forks(job)
+
+
+SIGNALS_TEST = """
+import json, os, signal
+
+
+def test_signals():
+    names = {signal.SIG_IGN: "ignored", signal.SIG_DFL: "default",
+             signal.default_int_handler: "python's"}
+    seen = {n: names.get(signal.getsignal(getattr(signal, n)), "other")
+            for n in ("SIGINT", "SIGTERM")}
+    with open(os.environ["SEEN"], "w") as handle:
+        json.dump(seen, handle)
+"""
+
+SERVE_AND_START = """
+import json, os, subprocess, sys
+from pathlib import Path
+from regression.run import forkserver
+
+root = Path(sys.argv[1])
+seen = {}
+for how in ("fork", "new"):
+    env = {**os.environ, "SEEN": str(root / how), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    args = ["-q", "-p", "no:cacheprovider", "test_signals.py"]
+    if how == "fork":
+        server = forkserver.server(root, ())
+        assert server is not None, "not at rest"
+        with open(root / "fork.out", "wb") as out:
+            code = server.start(args, root, env, out.fileno()).wait(timeout=120)
+    else:
+        code = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=env,
+                              capture_output=True, check=False).returncode
+    assert code == 0, (how, code)
+    seen[how] = json.loads((root / how).read_text())
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("ignored", [(), (signal.SIGINT, signal.SIGTERM)],
+                         ids=["handled", "ignored"])
+def test_a_recording_keeps_the_signals_its_starter_ignored_as_a_new_python_does(
+        tmp_path: Path, ignored: tuple[int, ...]) -> None:
+    """A signal ignored where the check run started stays ignored in a new Python (exec
+    keeps it so, and Python leaves an ignored SIGINT alone): a forked recording too."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "test_signals.py").write_text(SIGNALS_TEST, encoding="utf-8")
+
+    def ignore() -> None:
+        for number in ignored:
+            signal.signal(number, signal.SIG_IGN)
+
+    done = subprocess.run([sys.executable, "-c", SERVE_AND_START, str(tmp_path)],
+                          preexec_fn=ignore, capture_output=True, text=True, check=False,
+                          timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["fork"] == seen["new"]
+    expected = "ignored" if ignored else None
+    assert seen["new"]["SIGINT"] == (expected or "python's")
+    assert seen["new"]["SIGTERM"] == (expected or "default")
