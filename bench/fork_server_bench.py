@@ -3,9 +3,11 @@
 The same example zoo in two repositories: one as users set it up, one whose tasks.py loads a
 module of the project, which keeps the check run from starting a fork server (it is not at
 rest), so that each recording starts a new Python, as every recording did before the server.
-Measured, interleaved, medians: a cold `invoke test` (one recording, beside the check) and
-`invoke gen --force --repeat 3` (three recordings), wall time and the CPU the machine spent
-(every process: run it on an otherwise idle machine).
+Measured, interleaved, medians: a cold `invoke test` (one recording, beside the check),
+`invoke gen --force --repeat 3` (three recordings), and two runs whose xdist workers are
+forks of the server or new Pythons: a warm `invoke test --workers 2` (no recording) and
+`invoke gen --force --workers 2` (a recording and its workers); wall time and the CPU the
+machine spent (every process: run it on an otherwise idle machine).
 
 Usage: .venv/bin/python bench/fork_server_bench.py [--rounds N]
 """
@@ -57,7 +59,9 @@ def main() -> None:
                      "local_tasks.py": "", "tasks.py": "import local_tasks  # noqa: F401\n"
                                                        + TASKS})}
         runs = {"cold invoke test": ["test"], "gen --force --repeat 3": [
-            "gen", "--force", "--repeat", "3"]}
+            "gen", "--force", "--repeat", "3"],
+            "warm test --workers 2": ["test", "--workers", "2"],
+            "gen --force --workers 2": ["gen", "--force", "--workers", "2"]}
         samples: dict[tuple[str, str], list[tuple[float, float]]] = {
             (run, how): [] for run in runs for how in repos}
         for _ in range(rounds):

@@ -33,6 +33,16 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         recording_mode.register(early_config, job, MODE_PLUGIN)
 
 
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """After xdist read -n N into N local worker specs (its hook runs first): in a run of
+    ours that has a fork server, each worker is a fork of it, not a new Python."""
+    specs = getattr(config.option, "tx", None)
+    if specs and current_job() is not None:
+        from regression.run.forkserver import forked_workers
+
+        config.option.tx = forked_workers(list(specs))
+
+
 def register_check(config: pytest.Config, job: CheckJob | None) -> None:
     """The plugins of a check run, one per concern, each handed the run's one state; the
     judge serves the fixture."""

@@ -22,11 +22,15 @@ import ctypes
 import fcntl
 import importlib
 import importlib.util
+import io
 import json
 import os
+import secrets
 import select
+import shlex
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -62,6 +66,10 @@ def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
         _REFUSED.append(me)
         return None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    address = f"torch-regression-{secrets.token_hex(16)}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind("\0" + address)  # abstract: no file; only this user's processes are served
+    listener.listen(64)
     ending = ending_with_this_process()
     prepare_fork()
     pid = os.fork()
@@ -69,10 +77,27 @@ def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
         ours.close()
         if ending is not None:
             ending()
-        _serve(theirs, root, preload)
+        _serve(theirs, listener, root, preload)
     theirs.close()
-    _SERVERS[:] = [ForkServer(ours, pid)]
+    listener.close()
+    _SERVERS[:] = [ForkServer(ours, pid, address)]
     return _SERVERS[0]
+
+
+ADDRESS_ENV = "REGRESSION_FORK_SERVER"
+"""The address of the fork server that xdist workers of a check run or recording ask for a
+worker (worker_launcher.py); a launcher that finds none starts a new Python."""
+LAUNCHER = Path(__file__).with_name("worker_launcher.py")
+
+
+def forked_workers(specs: list[str]) -> list[str]:
+    """xdist's worker specs, each local one ("popen", as -n N makes them) started through
+    the launcher, which asks the fork server named in the environment for a fork of it (a
+    new Python where there is none): xdist then starts no Python importing torch."""
+    if ADDRESS_ENV not in os.environ or not sys.platform.startswith("linux"):
+        return specs
+    launcher = f"{shlex.quote(sys.executable)} -I -S {shlex.quote(str(LAUNCHER))}"
+    return [f"popen//python={launcher}" if spec == "popen" else spec for spec in specs]
 
 
 def _at_rest(root: Path) -> bool:
@@ -110,9 +135,11 @@ def prepare_fork() -> None:
 class ForkServer:
     """The check run's end of its server."""
 
-    def __init__(self, connection: socket.socket, pid: int) -> None:
+    def __init__(self, connection: socket.socket, pid: int, address: str) -> None:
         self.connection = connection
         self.pid = pid
+        self.address = address
+        """Where xdist workers ask for a fork (ADDRESS_ENV names it in their environment)."""
         self.owner = os.getpid()
         self.gone = False
 
@@ -206,32 +233,41 @@ _IGNORED: list[int] = []
 keeps a signal ignored; Python then leaves SIGINT alone), as in each recording."""
 
 
-def _serve(connection: socket.socket, root: Path, preload: Sequence[str]) -> NoReturn:
+def _serve(connection: socket.socket, listener: socket.socket, root: Path,
+           preload: Sequence[str]) -> NoReturn:
     """The server: a fork for each request, each one's exit status sent back on its own
-    channel; when the check run is gone, its recordings are stopped and the server ends."""
+    channel (a recording's, from the check run; an xdist worker's, from its launcher, whose
+    end ends the worker); when the check run is gone, its forks are stopped and the server
+    ends."""
     _IGNORED[:] = [s for s in (signal.SIGINT, signal.SIGTERM)
                    if signal.getsignal(s) == signal.SIG_IGN]  # before the server's own
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the runs, not for this
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _close_inherited(keep=connection.fileno())
+    _close_inherited(keep=(connection.fileno(), listener.fileno()))
     channels: dict[int, socket.socket] = {}
+    workers: dict[socket.socket, int] = {}
     code = 0
     try:
         while True:
-            if select.select([connection], [], [], 0.05)[0]:
+            ready = select.select([connection, listener, *workers], [], [], 0.05)[0]
+            held = (connection, listener, *workers)
+            if connection in ready:
                 message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 64)
                 if not message:
                     break
-                request = json.loads(message)
-                for name in preload:
-                    importlib.import_module(name)
-                request["path"] = _new_python_path(request["cwd"], request["env"])
-                pid = _fork_run(request, fds, connection, channels, root)
-                channels[pid] = socket.socket(fileno=fds[0])
-                channels[pid].send(json.dumps({"pid": pid}).encode())
-                for fd in fds[1:]:
-                    os.close(fd)
+                pid = _fork_for(json.loads(message), fds[1:], (*held, fds[0]), channels, root,
+                                preload)
+                _started(socket.socket(fileno=fds[0]), pid, channels)
+            if listener in ready:
+                served = _serve_worker(listener, held, channels, root, preload)
+                if served is not None:
+                    workers[served[0]] = served[1]
+            for launcher in [w for w in ready if w in workers]:
+                if not launcher.recv(16):  # its launcher is gone (killed): the worker too
+                    _signal(workers.pop(launcher), signal.SIGKILL)
             _reap(channels)
+            for launcher in [w for w, pid in workers.items() if pid not in channels]:
+                del workers[launcher]  # ended, its status said, its channel closed
         _stop_all(channels)
     except BaseException:  # noqa: B036 - the server ends here, whatever happened
         code = 1
@@ -239,13 +275,63 @@ def _serve(connection: socket.socket, root: Path, preload: Sequence[str]) -> NoR
     os._exit(code)
 
 
-def _close_inherited(keep: int) -> None:
+def _fork_for(request: dict[str, Any], fds: list[int], held: Sequence[socket.socket | int],
+              channels: dict[int, socket.socket], root: Path, preload: Sequence[str]) -> int:
+    """Fork what `request` asks for, handed `fds`, which are the fork's alone then; `held`:
+    what the fork closes first (the server's sockets)."""
+    for name in preload:
+        importlib.import_module(name)
+    request["path"] = _new_python_path(request["cwd"], request["env"],
+                                       "-c" if "code" in request else "-m")
+    pid = _fork_run(request, fds, [*held, *channels.values()], root)
+    for fd in fds:
+        os.close(fd)
+    return pid
+
+
+def _started(channel: socket.socket, pid: int, channels: dict[int, socket.socket]) -> None:
+    """`pid` said on its channel, which will say its exit status."""
+    channels[pid] = channel
+    try:
+        channel.send(json.dumps({"pid": pid}).encode())
+    except OSError:
+        pass  # its asker is gone: the fork's status is not waited for
+
+
+def _serve_worker(listener: socket.socket, held: Sequence[socket.socket],
+                  channels: dict[int, socket.socket], root: Path,
+                  preload: Sequence[str]) -> tuple[socket.socket, int] | None:
+    """A launcher's request for an xdist worker: a fork set up as `python ARGS` would start
+    with the launcher's folder, environment and standard streams; the launcher's connection
+    is the channel of its pid and exit status. Only a process of this user is served."""
+    launcher, _ = listener.accept()
+    _, uid, _ = struct.unpack("3i", launcher.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                        struct.calcsize("3i")))
+    launcher.settimeout(10.0)
+    try:
+        message, fds, _, _ = socket.recv_fds(launcher, 1 << 20, 3)
+    except OSError:
+        launcher.close()
+        return None
+    if uid != os.getuid() or len(fds) != 3 or not message:
+        for fd in fds:
+            os.close(fd)
+        launcher.close()
+        return None
+    launcher.settimeout(None)
+    request = {**json.loads(message), "pipes": [0, 1, 2]}
+    pid = _fork_for(request, fds, [*held, launcher], channels, root, preload)
+    _started(launcher, pid, channels)
+    return launcher, pid
+
+
+def _close_inherited(keep: Sequence[int]) -> None:
     """Close what the server took from its parent but its standard streams and `keep`: a
     pipe whose reader waits for its end (a recording's output), a lock, as a new process
     started with subprocess's close_fds would not hold them."""
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
-        if fd > 2 and fd != keep:
+        if fd > 2 and fd not in keep:
             try:
                 os.close(fd)
             except OSError:
@@ -289,8 +375,10 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _fork_run(request: dict[str, Any], fds: list[int], connection: socket.socket,
-              channels: dict[int, socket.socket], root: Path) -> int:
+def _fork_run(request: dict[str, Any], fds: list[int], held: Sequence[socket.socket | int],
+              root: Path) -> int:
+    """Fork the run `request` asks for: pytest.main(args) (a recording) or Python's `-c`
+    code (an xdist worker), with `fds` at the numbers `request["pipes"]` names."""
     ending = ending_with_this_process()
     pid = os.fork()
     if pid:
@@ -299,14 +387,17 @@ def _fork_run(request: dict[str, Any], fds: list[int], connection: socket.socket
     try:
         if ending is not None:
             ending()
-        connection.close()
-        for channel in channels.values():
-            channel.close()
-        os.close(fds[0])
-        _as_new_python(request, fds[1:], root)
-        import pytest
+        for one in held:
+            one.close() if isinstance(one, socket.socket) else os.close(one)
+        _as_new_python(request, fds, root)
+        if "code" in request:
+            exec(compile(request["code"], "<string>", "exec"),  # noqa: S102 - as python -c
+                 sys.modules["__main__"].__dict__)
+            code = 0
+        else:
+            import pytest
 
-        code = int(pytest.main(request["args"]))
+            code = int(pytest.main(request["args"]))
     except SystemExit as exc:
         code = exit_code(exc)
     except BaseException:  # noqa: B036 - the child must end here, whatever happened
@@ -348,11 +439,12 @@ def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]  # out of every target's way
     for fd in fds:
         os.close(fd)
-    for stream in (1, 2):
-        os.dup2(moved[0], stream)
-    for fd, target in zip(moved[1:], targets):
+    if "code" not in request:  # a recording: its output on both streams, then its pipes
+        moved = [moved[0], *moved]
+        targets = [1, 2, *targets]
+    for fd, target in zip(moved, targets):
         os.dup2(fd, target)  # the number the job names
-    for fd in moved:
+    for fd in set(moved):
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -364,26 +456,48 @@ def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
         del sys.modules[name]  # the program that started the check run: invoke, tasks.py
     atexit._clear()  # the check run's, not this process's
     main = types.ModuleType("__main__")
-    spec = importlib.util.find_spec("pytest.__main__")
-    main.__spec__, main.__file__ = spec, spec.origin if spec else None
+    if "code" in request:  # python -u -c CODE: unbuffered streams, an empty __main__
+        _new_streams(unbuffered="-u" in request["flags"])
+        sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in request["flags"]
+        sys.argv = ["-c"]
+    else:
+        spec = importlib.util.find_spec("pytest.__main__")
+        main.__spec__, main.__file__ = spec, spec.origin if spec else None
     sys.modules["__main__"] = main
     importlib.invalidate_caches()
+
+
+def _new_streams(unbuffered: bool) -> None:
+    """sys.stdin, stdout and stderr made anew on descriptors 0, 1 and 2, as Python makes
+    them at its start (nothing read ahead of what the new process is handed)."""
+    encoding = sys.stdout.encoding if sys.stdout else "utf-8"
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                 encoding=encoding)
+    for number, name in ((1, "stdout"), (2, "stderr")):
+        raw = io.FileIO(number, "w", closefd=False)
+        stream = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw),
+                                  encoding=encoding, errors="backslashreplace"
+                                  if number == 2 else "strict",
+                                  write_through=unbuffered, line_buffering=number == 2)
+        setattr(sys, name, stream)
 
 
 _PATHS: dict[str, list[str]] = {}
 
 
-def _new_python_path(cwd: str, env: dict[str, str]) -> list[str]:
-    """`sys.path` as `python -m pytest` would start with in `cwd` under `env`: asked of a
-    new Python (without torch: a few milliseconds), once per folder and environment."""
+def _new_python_path(cwd: str, env: dict[str, str], how: str) -> list[str]:
+    """`sys.path` as `python -m pytest` (how: "-m") or `python -c CODE` ("-c") would start
+    with in `cwd` under `env`: asked of a new Python (without torch: a few milliseconds),
+    once per folder and environment."""
     key = json.dumps([cwd, sorted((k, v) for k, v in env.items() if k.startswith("PYTHON"))])
     if key not in _PATHS:
         shown = subprocess.run([sys.executable, "-c", "import sys, json; print(json.dumps("
                                 "sys.path))"], cwd=cwd, env=env, capture_output=True,
                                text=True, check=True)
-        path = json.loads(shown.stdout)
-        _PATHS[key] = [cwd if p == "" else p for p in path]  # -m puts the folder where -c has ""
-    return list(_PATHS[key])
+        _PATHS[key] = json.loads(shown.stdout)
+    if how == "-c":
+        return list(_PATHS[key])
+    return [cwd if p == "" else p for p in _PATHS[key]]  # -m puts the folder where -c has ""
 
 
 def _started_by(root: Path) -> set[str]:

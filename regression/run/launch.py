@@ -155,7 +155,8 @@ def _served(settings: Settings, arguments: list[str], env: dict[str, str], outpu
     if server is None:
         return None
     try:
-        return server.start([*ALREADY_IMPORTED, *arguments], settings.root, env, output, pipes)
+        return server.start([*ALREADY_IMPORTED, *arguments], settings.root,
+                            {**env, forkserver.ADDRESS_ENV: server.address}, output, pipes)
     except OSError:
         return None
 
@@ -342,7 +343,9 @@ def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
             os.close(captured)
 
         if isinstance(job, CheckJob):
-            forkserver.server(settings.root, RECORDING_MODULES)  # now, before pytest starts
+            served = forkserver.server(settings.root, RECORDING_MODULES)  # before pytest
+            if served is not None:  # the check run's xdist workers are forks of it too
+                environment[forkserver.ADDRESS_ENV] = served.address
         with _started_as_pytest(settings, environment):
             code = int(pytest.main([*ALREADY_IMPORTED, *args]))
     except RegressionError as exc:  # before pytest ran: the invoke process says it, as data

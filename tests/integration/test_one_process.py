@@ -149,8 +149,11 @@ def test_facts(regression):
         "main": getattr(getattr(main, "__spec__", None), "name", None),
         "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
         "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
-        "environ": {k: v for k, v in os.environ.items()
-                    if k not in ("REGRESSION_JOB", "FACTS", "COUNT_LOG")},
+        "environ": {k: v[:2] if k == "PYTEST_XDIST_WORKER" else v  # gw0 or gw1: either
+                    for k, v in os.environ.items()
+                    if k not in ("REGRESSION_JOB", "FACTS", "COUNT_LOG",
+                                 "REGRESSION_FORK_SERVER",  # where a server is, its address
+                                 "PYTEST_XDIST_TESTRUNUID")},  # a new one each run
         "threads": torch.get_num_threads(),
         "seed": torch.initial_seed(),
         "bytecode": sys.dont_write_bytecode,
@@ -163,11 +166,13 @@ def test_facts(regression):
 
 
 @pytest.mark.slow
-def test_a_forked_recording_starts_as_a_new_python_would(subject_repo: Repo,
-                                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [(), ("--workers", "2")], ids=["recording", "worker"])
+def test_a_forked_recording_starts_as_a_new_python_would(subject_repo: Repo, tmp_path: Path,
+                                                          workers: tuple[str, ...]) -> None:
     """What a recording's code can see of how its process started is the same in a fork of
     the fork server as in a new Python (which records where the server is not started: a
-    tasks.py that loads a module of the project)."""
+    tasks.py that loads a module of the project); so is what a case sees in an xdist worker
+    of the recording, which xdist starts as `python -u -c CODE`, forked by the same server."""
     repo = subject_repo
     repo.write("tests/test_facts.py", FACTS)
     repo.commit("facts")
@@ -180,10 +185,12 @@ def test_a_forked_recording_starts_as_a_new_python_would(subject_repo: Repo,
             repo.write("tasks.py", "import project_tasks  # noqa: F401\n" + TASKS)
         log = tmp_path / f"{how}.log"
         env.update(COUNT_LOG=str(log), FACTS=str(tmp_path / f"{how}.json"))
-        done = repo.invoke("gen", "--force", env=env, process=True)
+        done = repo.invoke("gen", "--force", *workers, env=env, process=True)
         assert done.returncode == 0, output(done)
-        assert len(_new_torch_pythons(log)) == (how == "new"), (how, log.read_text())
+        assert len(_new_torch_pythons(log)) == (how == "new") * (2 if workers else 1), \
+            (how, log.read_text())
         seen[how] = json.loads((tmp_path / f"{how}.json").read_text(encoding="utf-8"))
-    assert seen["fork"]["modules"] == [] and seen["fork"]["main"] == "pytest.__main__"
+    assert seen["fork"]["modules"] == []
+    assert seen["fork"]["main"] == (None if workers else "pytest.__main__")
     for name in seen["fork"]:
         assert seen["fork"][name] == seen["new"][name], name

@@ -122,3 +122,71 @@ def test_a_recording_keeps_the_signals_its_starter_ignored_as_a_new_python_does(
     expected = "ignored" if ignored else None
     assert seen["new"]["SIGINT"] == (expected or "python's")
     assert seen["new"]["SIGTERM"] == (expected or "default")
+
+
+WORKERS = """
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+from regression.run import forkserver
+
+root = Path(sys.argv[1])
+server = forkserver.server(root, ())
+assert server is not None, "not at rest"
+served = {**os.environ, forkserver.ADDRESS_ENV: server.address}
+unserved = {k: v for k, v in served.items() if k != forkserver.ADDRESS_ENV}
+launcher = [sys.executable, "-I", "-S", str(forkserver.LAUNCHER), "-u", "-c"]
+
+
+def run(code, env=served, **kwargs):
+    return subprocess.run([*launcher, code], env=env, capture_output=True, text=True,
+                          cwd=root, timeout=60, **kwargs)
+
+
+seen = {"server": server.pid}
+done = run("import os, sys; print(os.getpid(), os.getppid(), sys.argv, os.getcwd());"
+           "sys.exit(3)")
+seen["exit"] = [done.returncode, *done.stdout.split(maxsplit=2)]
+seen["signal"] = run("import os, signal; os.kill(os.getpid(), signal.SIGTERM)").returncode
+seen["stdin"] = run("import sys; print(sys.stdin.readline().strip()[::-1])",
+                    input="abc\\n").stdout.strip()
+alone = subprocess.Popen([*launcher, "import os; print(os.getpid())"], env=unserved,
+                         stdout=subprocess.PIPE, text=True, cwd=root)
+seen["unserved"] = [alone.pid, int(alone.communicate(timeout=60)[0])]
+started = subprocess.Popen([*launcher, f"open({str(root / 'pid')!r}, 'w').write("
+                            "str(__import__('os').getpid())); __import__('time').sleep(60)"],
+                           env=served, cwd=root)
+while not (root / "pid").exists() or not (root / "pid").read_text():
+    time.sleep(0.05)
+worker = int((root / "pid").read_text())
+started.kill()
+started.wait()
+deadline = time.monotonic() + 10
+while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+seen["killed"] = [worker, started.pid, Path(f"/proc/{worker}").exists()]
+print(json.dumps(seen))
+"""
+
+
+def test_an_xdist_worker_launched_through_the_server_is_its_fork_and_ends_as_it_does(
+        tmp_path: Path) -> None:
+    """The launcher xdist starts a worker with: a fork of the server, in the launcher's
+    folder with its standard input; the launcher ends as the worker did (an exit status, a
+    signal); a killed launcher's worker is killed; with no server, the launcher is Python."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", WORKERS, str(tmp_path)], capture_output=True,
+                          text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    exit_status, pid, parent, rest = seen["exit"]
+    assert exit_status == 3 and int(parent) == seen["server"] and int(pid) != seen["server"]
+    assert rest.strip() == f"['-c'] {tmp_path}"
+    assert seen["signal"] == -signal.SIGTERM
+    assert seen["stdin"] == "cba"
+    worker, launcher, alive = seen["killed"]
+    assert worker != launcher and not alive
+    launched, ran = seen["unserved"]
+    assert launched == ran  # no server: the launcher became Python (exec), which ran the code
