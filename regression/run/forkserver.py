@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import types
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
@@ -263,7 +264,7 @@ def _serve(connection: socket.socket, listener: socket.socket, root: Path,
                 if served is not None:
                     workers[served[0]] = served[1]
             for launcher in [w for w in ready if w in workers]:
-                if not launcher.recv(16):  # its launcher is gone (killed): the worker too
+                if not _said(launcher):  # its launcher is gone (killed): the worker too
                     _signal(workers.pop(launcher), signal.SIGKILL)
             _reap(channels)
             for launcher in [w for w, pid in workers.items() if pid not in channels]:
@@ -319,10 +320,25 @@ def _serve_worker(listener: socket.socket, held: Sequence[socket.socket],
         launcher.close()
         return None
     launcher.settimeout(None)
-    request = {**json.loads(message), "pipes": [0, 1, 2]}
-    pid = _fork_for(request, fds, [*held, launcher], channels, root, preload)
+    try:
+        request = {**json.loads(message), "pipes": [0, 1, 2]}
+        pid = _fork_for(request, fds, [*held, launcher], channels, root, preload)
+    except Exception:  # noqa: BLE001 - not served: the launcher, told so, starts Python
+        for fd in fds:
+            with suppress(OSError):
+                os.close(fd)  # where _fork_for did not
+        launcher.close()
+        return None
     _started(launcher, pid, channels)
     return launcher, pid
+
+
+def _said(launcher: socket.socket) -> bool:
+    """Whether a launcher that woke the server is still there (it says nothing more)."""
+    try:
+        return bool(launcher.recv(16))
+    except OSError:
+        return False
 
 
 def _close_inherited(keep: Sequence[int]) -> None:

@@ -143,6 +143,13 @@ def run(code, env=served, **kwargs):
 
 
 seen = {"server": server.pid}
+for garbage in (b"not json", b"[]"):  # a request no launcher sends: refused, server kept
+    import socket
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    client.connect("\\0" + server.address)
+    socket.send_fds(client, [garbage], [0, 1, 2])
+    seen.setdefault("refused", []).append(client.recv(256))
+    client.close()
 done = run("import os, sys; print(os.getpid(), os.getppid(), sys.argv, os.getcwd());"
            "sys.exit(3)")
 seen["exit"] = [done.returncode, *done.stdout.split(maxsplit=2)]
@@ -164,7 +171,7 @@ deadline = time.monotonic() + 10
 while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
     time.sleep(0.05)
 seen["killed"] = [worker, started.pid, Path(f"/proc/{worker}").exists()]
-print(json.dumps(seen))
+print(json.dumps(seen, default=bytes.decode))
 """
 
 
@@ -184,6 +191,7 @@ def test_an_xdist_worker_launched_through_the_server_is_its_fork_and_ends_as_it_
     exit_status, pid, parent, rest = seen["exit"]
     assert exit_status == 3 and int(parent) == seen["server"] and int(pid) != seen["server"]
     assert rest.strip() == f"['-c'] {tmp_path}"
+    assert seen["refused"] == ["", ""]  # told by the end of the connection; served after
     assert seen["signal"] == -signal.SIGTERM
     assert seen["stdin"] == "cba"
     worker, launcher, alive = seen["killed"]
