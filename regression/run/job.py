@@ -318,7 +318,7 @@ def _checked(data: object) -> Job:
 def _write_atomically(target: Path, data: object) -> None:
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".result.")
     with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        json.dump(data, stream)
+        stream.write(json.dumps(data))  # one write: json.dump writes each piece (0.1 ms a case)
     os.replace(temporary, target)
 
 

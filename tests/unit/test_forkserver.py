@@ -109,9 +109,9 @@ def test_a_recording_keeps_the_signals_its_starter_ignored_as_a_new_python_does(
 
     (tmp_path / "test_signals.py").write_text(SIGNALS_TEST, encoding="utf-8")
 
-    def ignore() -> None:
-        for number in ignored:
-            signal.signal(number, signal.SIG_IGN)
+    def ignore() -> None:  # and the others handled, whatever this process was started with
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_IGN if number in ignored else signal.SIG_DFL)
 
     done = subprocess.run([sys.executable, "-c", SERVE_AND_START, str(tmp_path)],
                           preexec_fn=ignore, capture_output=True, text=True, check=False,
