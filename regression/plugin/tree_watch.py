@@ -26,10 +26,11 @@ class TreeWatch:
     event, whose code object names its file; whatever name a module gets, and whether or not
     it stays in `sys.modules`. An import hook sees only imports by name, and `sys.modules`
     only modules that stay there. Native code that opens files itself raises no event:
-    safetensors' `safe_open` is wrapped to note its file, and files still mapped into memory
-    are read from /proc/self/maps after each case; a native reader that keeps no mapping
-    (`torch.from_file`, `numpy.fromfile`) is not seen, but a relative path it is given names
-    the reference's file, the worktree being the working folder. Events are only noted here;
+    safetensors' `safe_open` and `torch.from_file` are wrapped to raise the event (numpy's
+    `fromfile` raises it itself), and files still mapped into memory are read from
+    /proc/self/maps after each case; another native reader that keeps no mapping (a C++
+    extension's own reads, HDF5) is not seen, but a relative path it is given names the
+    reference's file, the worktree being the working folder. Events are only noted here;
     the verdict comes at the end, so user code that catches an error cannot hide a read.
     """
 
@@ -188,9 +189,9 @@ def watch_tree(watch: TreeWatch) -> None:
     """Make `watch` the active one, installing the audit hook once per process."""
     if not _HOOKED:
         sys.addaudithook(_audit)
-        note_native_readers()  # their files raise an audit event too
         _note_import_statements()
         _HOOKED.append(True)
+    note_native_readers()  # their files raise an audit event too (torch's: once it is loaded)
     _WATCHES[:] = [watch]
 
 

@@ -103,3 +103,28 @@ def test_the_tool_s_own_reads_are_not_the_user_s(watched: TreeWatch) -> None:
     assert watched.sorted_out([])[0] == {"other.txt": "read"}
     data.read_text()
     assert watched.sorted_out([])[0] == {"other.txt": "read", "requirements.txt": "read"}
+
+
+@pytest.mark.parametrize("reader", ["torch.from_file", "numpy.fromfile", "safetensors"])
+def test_a_file_read_by_native_code_that_keeps_no_mapping_is_seen(watched: TreeWatch,
+                                                                   reader: str) -> None:
+    """Readers whose native code opens the file: numpy's raises the "open" event itself;
+    torch.from_file and safetensors' loaders are wrapped to raise it (run/overlap.py)."""
+    import numpy
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    data = watched.project / "tests" / "data.bin"
+    stop_watching()
+    save_file({"x": torch.ones(4)}, str(data)) if reader == "safetensors" else \
+        numpy.ones(4, dtype="float32").tofile(data)
+    watch_tree(watched)
+    if reader == "torch.from_file":
+        value = torch.from_file(str(data), size=4, dtype=torch.float32).clone()
+    elif reader == "numpy.fromfile":
+        value = torch.from_numpy(numpy.fromfile(str(data), dtype="float32"))
+    else:
+        value = load_file(str(data))["x"]
+    assert torch.equal(value, torch.ones(4))
+    watched.saw_mappings()  # nothing is mapped any more: the event alone tells
+    assert watched.sorted_out([]) == ({}, [data])  # a helper of the tests: hashed
