@@ -4,7 +4,8 @@ The same example zoo in two repositories: one as users set it up, one whose task
 module of the project, which keeps the check run from starting a fork server (it is not at
 rest), so that each recording starts a new Python, as every recording did before the server.
 Measured, interleaved, medians: a cold `invoke test` (one recording, beside the check),
-`invoke gen --force --repeat 3` (three recordings), and two runs whose xdist workers are
+`invoke gen --force --repeat 3` (a recording, then two repeats, which are new Pythons in
+both: a repeat must be a new process), and two runs whose xdist workers are
 forks of the server or new Pythons: a warm `invoke test --workers 2` (no recording) and
 `invoke gen --force --workers 2` (a recording and its workers); wall time and the CPU the
 machine spent (every process: run it on an otherwise idle machine).

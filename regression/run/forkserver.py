@@ -1,18 +1,24 @@
-"""The fork server: the recordings a check run starts, each a fork of a process at rest.
+"""The fork server: the recordings a check run starts, and the xdist workers of both, each a
+fork of a process at rest.
 
 A recording is a process of its own, as `python -m pytest` in the project's root would start;
 starting Python and importing torch again cost about 2 s of CPU each time. Before pytest
 starts, the forked check run forks one more process, the server: no torch operation run (a
 fork cannot take a thread pool along: a parallel operation in the child would wait for
 threads that are not there), CUDA not started, and nothing of the user's code loaded but
-invoke's tasks.py. At the first recording it loads torch, pytest and the plugin, once. Each
-recording the check run starts is a fork of the server,
-set up as a new `python -m pytest` would be: its working folder, environment, `sys.path`,
-signals, standard streams and the pipes it is handed; nothing loaded twice, and yet a process
-of its own, whose results are those of a new one. bisect, explain and `--full-values` start
-a server in the invoke process at their first recording. Where a process is not at rest when
-it would start one (a check run that is itself a new Python, or an xdist worker, has loaded
-the user's code by then), its recordings start a new Python.
+invoke's tasks.py. At the first request it loads torch, pytest and the plugin, once. Each
+recording the check run starts is a fork of the server, set up as a new `python -m pytest`
+would be: its working folder, environment, `sys.path`, signals, standard streams and the
+pipes it is handed; and each pytest-xdist worker of the check run and of its recordings, set
+up as the `python -u -c CODE` xdist starts (worker_launcher.py asks for it): nothing loaded
+twice, and yet a process of its own, which ends as Python ends (its threads joined, its exit
+functions run). What a fork cannot take anew is its parent's string hashes and memory
+layout: a repeat, which looks for nondeterminism, is a new Python, and so is a run whose
+environment sets Python's start-up (PYTHONHASHSEED...) otherwise than the server's.
+bisect, explain and `--full-values` start a server in the invoke process at their first
+recording. Where a process is not at rest when it would start one (a check run that is
+itself a new Python, or an xdist worker, has loaded the user's code by then), its
+recordings start a new Python.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import atexit
 import ctypes
 import fcntl
 import importlib
+import importlib.machinery
 import importlib.util
 import io
 import json
@@ -38,7 +45,7 @@ import time
 import types
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 from regression.environment.fingerprint import loaded_library
 from regression.environment.origins import stray_modules
@@ -81,8 +88,19 @@ def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
         _serve(theirs, listener, root, preload)
     theirs.close()
     listener.close()
-    _SERVERS[:] = [ForkServer(ours, pid, address)]
+    _SERVERS[:] = [ForkServer(ours, pid, address, start_variables(os.environ))]
     return _SERVERS[0]
+
+
+EMULATED = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")
+"""Python's start-up variables a fork is set up by as a new Python would be (sys.path, the
+bytecode flag, unbuffered streams); any other PYTHON* variable acts only as Python starts."""
+
+
+def start_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """The PYTHON* variables of `env` that act only as Python starts (its hash seed, -O,
+    warnings, UTF-8 mode...): a fork has those its server started with."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in EMULATED}
 
 
 ADDRESS_ENV = "REGRESSION_FORK_SERVER"
@@ -92,7 +110,8 @@ LAUNCHER = Path(__file__).with_name("worker_launcher.py")
 
 
 def forked_workers(specs: list[str]) -> list[str]:
-    """xdist's worker specs, each local one ("popen", as -n N makes them) started through
+    """xdist's worker specs, each local one ("popen", as -n N makes them; a spec of the
+    user's own, `--tx 2*popen//...`, is left as it is) started through
     the launcher, which asks the fork server named in the environment for a fork of it (a
     new Python where there is none): xdist then starts no Python importing torch."""
     if ADDRESS_ENV not in os.environ or not sys.platform.startswith("linux"):
@@ -136,13 +155,21 @@ def prepare_fork() -> None:
 class ForkServer:
     """The check run's end of its server."""
 
-    def __init__(self, connection: socket.socket, pid: int, address: str) -> None:
+    def __init__(self, connection: socket.socket, pid: int, address: str,
+                 started_with: dict[str, str]) -> None:
         self.connection = connection
         self.pid = pid
         self.address = address
         """Where xdist workers ask for a fork (ADDRESS_ENV names it in their environment)."""
+        self.started_with = started_with
+        """Python's start-up variables the server was started with (start_variables)."""
         self.owner = os.getpid()
         self.gone = False
+
+    def serves(self, env: dict[str, str]) -> bool:
+        """Whether a run with environment `env` can be a fork of the server: one that sets
+        Python's start-up otherwise (a PYTHONHASHSEED of its own...) is a new Python."""
+        return start_variables(env) == self.started_with
 
     def start(self, args: Sequence[str], cwd: Path, env: dict[str, str], output: int,
               pipes: Sequence[int] = ()) -> ServedChild:
@@ -229,6 +256,8 @@ class ServedChild:
         self.send_signal(signal.SIGKILL)
 
 
+_STARTED_WITH: dict[str, str] = {}
+"""In the server: Python's start-up variables it was started with (start_variables)."""
 _IGNORED: list[int] = []
 """The signals the server's parent ignored: ignored in a new Python it started too (exec
 keeps a signal ignored; Python then leaves SIGINT alone), as in each recording."""
@@ -242,6 +271,7 @@ def _serve(connection: socket.socket, listener: socket.socket, root: Path,
     ends."""
     _IGNORED[:] = [s for s in (signal.SIGINT, signal.SIGTERM)
                    if signal.getsignal(s) == signal.SIG_IGN]  # before the server's own
+    _STARTED_WITH.update(start_variables(os.environ))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the runs, not for this
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _close_inherited(keep=(connection.fileno(), listener.fileno()))
@@ -256,9 +286,7 @@ def _serve(connection: socket.socket, listener: socket.socket, root: Path,
                 message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 64)
                 if not message:
                     break
-                pid = _fork_for(json.loads(message), fds[1:], (*held, fds[0]), channels, root,
-                                preload)
-                _started(socket.socket(fileno=fds[0]), pid, channels)
+                _serve_recording(message, fds, held, channels, root, preload)
             if listener in ready:
                 served = _serve_worker(listener, held, channels, root, preload)
                 if served is not None:
@@ -299,6 +327,37 @@ def _started(channel: socket.socket, pid: int, channels: dict[int, socket.socket
         pass  # its asker is gone: the fork's status is not waited for
 
 
+def _serve_recording(message: bytes, fds: list[int], held: Sequence[socket.socket],
+                     channels: dict[int, socket.socket], root: Path,
+                     preload: Sequence[str]) -> None:
+    """The check run's request for a recording (its channel, output and pipes in `fds`). One
+    that cannot be forked (a preload that fails to import, a sys.path probe that fails) ends
+    with its cause in its output and status 1, and the server serves on."""
+    channel = socket.socket(fileno=fds[0])
+    try:
+        pid = _fork_for(json.loads(message), fds[1:], (*held, channel), channels, root,
+                        preload)
+    except Exception as exc:  # noqa: BLE001 - said where the recording's output goes
+        import traceback
+
+        said = "".join(traceback.format_exception(exc))
+        with suppress(OSError):
+            os.write(fds[1], (f"torch-regression: the fork server could not start this "
+                              f"recording: {exc!r}\n{said}").encode())
+        for fd in fds[1:]:
+            with suppress(OSError):
+                os.close(fd)
+        with suppress(OSError):
+            channel.send(json.dumps({"status": 1}).encode())
+        channel.close()
+        return
+    _started(channel, pid, channels)
+
+
+REQUEST_WAIT = 0.5
+"""Seconds the server waits for a connected launcher's request, every other run waiting."""
+
+
 def _serve_worker(listener: socket.socket, held: Sequence[socket.socket],
                   channels: dict[int, socket.socket], root: Path,
                   preload: Sequence[str]) -> tuple[socket.socket, int] | None:
@@ -306,15 +365,18 @@ def _serve_worker(listener: socket.socket, held: Sequence[socket.socket],
     with the launcher's folder, environment and standard streams; the launcher's connection
     is the channel of its pid and exit status. Only a process of this user is served."""
     launcher, _ = listener.accept()
-    _, uid, _ = struct.unpack("3i", launcher.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                        struct.calcsize("3i")))
-    launcher.settimeout(10.0)
+    _, uid, _ = struct.unpack("iII", launcher.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                         struct.calcsize("iII")))
+    if uid != os.getuid():
+        launcher.close()
+        return None
+    launcher.settimeout(REQUEST_WAIT)  # a launcher sends at once: one that stalls is refused
     try:
         message, fds, _, _ = socket.recv_fds(launcher, 1 << 20, 3)
     except OSError:
         launcher.close()
         return None
-    if uid != os.getuid() or len(fds) != 3 or not message:
+    if len(fds) != 3 or not message:
         for fd in fds:
             os.close(fd)
         launcher.close()
@@ -322,6 +384,8 @@ def _serve_worker(listener: socket.socket, held: Sequence[socket.socket],
     launcher.settimeout(None)
     try:
         request = {**json.loads(message), "pipes": [0, 1, 2]}
+        if start_variables(request["env"]) != _STARTED_WITH:
+            raise ValueError("Python's start-up variables differ: a new Python starts it")
         pid = _fork_for(request, fds, [*held, launcher], channels, root, preload)
     except Exception:  # noqa: BLE001 - not served: the launcher, told so, starts Python
         for fd in fds:
@@ -399,29 +463,50 @@ def _fork_run(request: dict[str, Any], fds: list[int], held: Sequence[socket.soc
     pid = os.fork()
     if pid:
         return pid
-    code = 1
+    code, interrupted = 1, False
     try:
         if ending is not None:
             ending()
         for one in held:
             one.close() if isinstance(one, socket.socket) else os.close(one)
         _as_new_python(request, fds, root)
-        if "code" in request:
-            exec(compile(request["code"], "<string>", "exec"),  # noqa: S102 - as python -c
-                 sys.modules["__main__"].__dict__)
-            code = 0
-        else:
-            import pytest
+        try:
+            if "code" in request:
+                exec(compile(request["code"], "<string>", "exec"),  # noqa: S102 - python -c
+                     sys.modules["__main__"].__dict__)
+                code = 0
+            else:
+                import pytest
 
-            code = int(pytest.main(request["args"]))
-    except SystemExit as exc:
-        code = exit_code(exc)
+                code = int(pytest.main(request["args"]))
+        except SystemExit as exc:
+            code = exit_code(exc)
+        except BaseException as exc:  # noqa: B036 - uncaught: said as Python says it
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            frames = exc.__traceback__  # from what exec or pytest.main ran on
+            exc.__traceback__ = frames.tb_next if frames else None
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        _end_as_python()
     except BaseException:  # noqa: B036 - the child must end here, whatever happened
         import traceback
 
         traceback.print_exc()
+        code = 1
     finally:
+        if interrupted:  # Python ends by the signal itself, once its exit functions ran
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         exit_now(code)
+
+
+def _end_as_python() -> None:
+    """What Python does as it ends, that a fork would skip: wait for the threads that are not
+    daemons, then run the exit functions registered in this process (its parent's were
+    cleared as it started)."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
 
 
 def exit_code(exc: SystemExit) -> int:
@@ -473,9 +558,13 @@ def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
     atexit._clear()  # the check run's, not this process's
     main = types.ModuleType("__main__")
     if "code" in request:  # python -u -c CODE: unbuffered streams, an empty __main__
-        _new_streams(unbuffered="-u" in request["flags"])
+        _new_streams(unbuffered="-u" in request["flags"]
+                     or bool(request["env"].get("PYTHONUNBUFFERED")))
         sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in request["flags"]
         sys.argv = ["-c"]
+        sys.orig_argv = [sys.executable, *request["flags"], "-c", request["code"]]
+        main.__loader__ = importlib.machinery.BuiltinImporter
+        main.__annotations__ = {}
     else:
         spec = importlib.util.find_spec("pytest.__main__")
         main.__spec__, main.__file__ = spec, spec.origin if spec else None
@@ -484,18 +573,26 @@ def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
 
 
 def _new_streams(unbuffered: bool) -> None:
-    """sys.stdin, stdout and stderr made anew on descriptors 0, 1 and 2, as Python makes
-    them at its start (nothing read ahead of what the new process is handed)."""
+    """sys.stdin, stdout and stderr (and their sys.__std*__) made anew on descriptors 0, 1 and
+    2, as Python makes them at its start: nothing read ahead of what the new process is
+    handed; with `unbuffered` (-u) its output written through, else stderr line-buffered."""
     encoding = sys.stdout.encoding if sys.stdout else "utf-8"
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
-                                 encoding=encoding)
-    for number, name in ((1, "stdout"), (2, "stderr")):
-        raw = io.FileIO(number, "w", closefd=False)
-        stream = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw),
-                                  encoding=encoding, errors="backslashreplace"
-                                  if number == 2 else "strict",
-                                  write_through=unbuffered, line_buffering=number == 2)
+    streams = []
+    for number, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        raw = io.FileIO(number, "r" if number == 0 else "w", closefd=False)
+        raw.name = f"<{name}>"  # as Python names them
+        buffered: io.BufferedIOBase | io.FileIO
+        if number == 0:
+            buffered = io.BufferedReader(raw)
+        else:
+            buffered = raw if unbuffered else io.BufferedWriter(raw)
+        streams.append((name, io.TextIOWrapper(
+            buffered, encoding=encoding, errors="backslashreplace" if number == 2 else "strict",
+            write_through=unbuffered,
+            line_buffering=not unbuffered and (number == 2 or os.isatty(number)))))
+    for name, stream in streams:
         setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 _PATHS: dict[str, list[str]] = {}
@@ -504,12 +601,12 @@ _PATHS: dict[str, list[str]] = {}
 def _new_python_path(cwd: str, env: dict[str, str], how: str) -> list[str]:
     """`sys.path` as `python -m pytest` (how: "-m") or `python -c CODE` ("-c") would start
     with in `cwd` under `env`: asked of a new Python (without torch: a few milliseconds),
-    once per folder and environment."""
+    once per folder and set of PYTHON* variables (the only ones that change it)."""
     key = json.dumps([cwd, sorted((k, v) for k, v in env.items() if k.startswith("PYTHON"))])
     if key not in _PATHS:
         shown = subprocess.run([sys.executable, "-c", "import sys, json; print(json.dumps("
                                 "sys.path))"], cwd=cwd, env=env, capture_output=True,
-                               text=True, check=True)
+                               text=True, check=True, timeout=60)
         _PATHS[key] = json.loads(shown.stdout)
     if how == "-c":
         return list(_PATHS[key])

@@ -25,7 +25,8 @@ from regression.errors import RegressionError
 from regression.run import forkserver
 from regression.run.lifeline import ending_with_this_process
 from regression.repository.gitcmd import git_environment
-from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, CollectJob, Job, RecordJob
+from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, CollectJob, Job, RecordJob, \
+    ReproduceJob
 from regression.run.types import Echo
 from regression.store.scratch import scratch_folder
 
@@ -80,9 +81,10 @@ def _xdist_args(job: Job | None) -> tuple[str, ...]:
 
 def _child_environment(settings: Settings, job_file: Path | None) -> dict[str, str]:
     """The environment of a pytest run for `settings`: no GIT_* (a hook's), no xdist worker
-    variables (a worker's child is none), our cache, and the job, if any."""
-    env = {k: v for k, v in git_environment(os.environ).items()
-           if k != JOB_ENV and not k.startswith("PYTEST_XDIST_")}
+    variables (a worker's child is none), no fork server's address (a run that has one is
+    given it), our cache, and the job, if any."""
+    env = {k: v for k, v in git_environment(os.environ).items()  # a server's, if any: its own
+           if k not in (JOB_ENV, forkserver.ADDRESS_ENV) and not k.startswith("PYTEST_XDIST_")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
     if job_file is not None:
@@ -109,7 +111,10 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
         env = _child_environment(settings, job_file)
         if progress is not None:
             if capture and job is not None and not isinstance(job, (CheckJob, CollectJob)) \
+                    and not isinstance(job, ReproduceJob) \
                     and forkserver.server(settings.root, RECORDING_MODULES) is not None:
+                # a repeat is a new Python: a fork has its parent's string hashes and memory
+                # layout, so it could not show nondeterminism that comes from them
                 read, write = os.pipe()  # after the server started: it holds no end of it
                 try:
                     served = _served(settings, arguments, env, write)
@@ -152,7 +157,7 @@ def _served(settings: Settings, arguments: list[str], env: dict[str, str], outpu
     """A recording forked by this process's fork server, its output into the file
     descriptor `output`; None where there is no server (or it is gone): a new Python, then."""
     server = forkserver.server(settings.root, RECORDING_MODULES)
-    if server is None:
+    if server is None or not server.serves(env):
         return None
     try:
         return server.start([*ALREADY_IMPORTED, *arguments], settings.root,

@@ -4,9 +4,9 @@ xdist starts each worker as `PYTHON -u -c CODE`, where PYTHON is what its spec n
 fork server's process names this script (run with -I -S: nothing but the standard library,
 a few milliseconds), which asks the server named in REGRESSION_FORK_SERVER for a fork set up
 as that Python would start here: this folder, this environment, these standard streams.
-It waits for the worker, passing SIGTERM on (Ctrl-C reaches the worker itself), and ends as
-the worker did; if it is killed, the server kills the worker. Where there is no server (it ended, or none was
-named), it becomes that Python itself.
+It waits for the worker, passing SIGTERM and SIGHUP on (Ctrl-C reaches the worker itself),
+and ends as the worker did; if it is killed, the server kills the worker. Where there is no
+server (it ended, or none was named), it becomes that Python itself.
 """
 
 from __future__ import annotations
@@ -18,16 +18,24 @@ import socket
 import sys
 
 ADDRESS_ENV = "REGRESSION_FORK_SERVER"  # as regression.run.forkserver names it
+PASSED_ON = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+"""Held while the worker is asked for; then SIGTERM and SIGHUP are passed on to it (SIGINT:
+Ctrl-C reaches it itself, in the same process group)."""
 
 
 def main(argv: list[str]) -> int:
     """Ask for the worker `python ARGV` would start; start it so where none is served."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)  # until the pid is known
     served = _ask(argv)
     if served is None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # exec keeps a mask: Python's own
         os.execv(sys.executable, [sys.executable, *argv])
     channel, pid = served
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker, in our group
-    signal.signal(signal.SIGTERM, lambda number, _frame: _pass_on(pid, number))
+    for number in PASSED_ON:
+        if number != signal.SIGINT:
+            signal.signal(number, lambda number, _frame: _pass_on(pid, number))
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile is passed on
     message = channel.recv(256)
     status = int(json.loads(message)["status"]) if message else -signal.SIGKILL  # no server
     if status < 0:  # ended by a signal: so does this process, as xdist would see the worker

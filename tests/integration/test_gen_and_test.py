@@ -297,6 +297,10 @@ import subj
 def test_unseeded(regression):
     regression.check(subj.forward(regression.randn(2, 4)), name="out")
     regression.check(torch.tensor([random.SystemRandom().random()]), name="noise")
+
+
+def test_string_hashes(regression):  # as a set of names iterates: new in each process
+    regression.check(torch.tensor([float(hash("torch-regression") % 997)]), name="hash")
 """
 
 
@@ -307,13 +311,16 @@ def test_nondeterministic_case_is_found_by_repeat_and_never_reported_changed(
     subject_repo.commit("a case that draws from an unseeded source")
     gen = subject_repo.invoke("gen", "--reference", "HEAD", "--repeat", "2")
     assert gen.returncode == 0, output(gen)
-    assert "recording 2 cases again (2 of 2) to find nondeterministic ones" in gen.stdout
+    assert "recording 3 cases again (2 of 2) to find nondeterministic ones" in gen.stdout
     found = [line for line in gen.stdout.splitlines() if line.startswith("nondeterministic: ")]
-    assert found == ["nondeterministic: tests/test_noise.py::test_unseeded: outputs 'noise' "
-                     "differed between recording 1 and recording 2, each in its own process"]
+    assert sorted(found) == [  # a repeat is a new process: its own string hashes too
+        "nondeterministic: tests/test_noise.py::test_string_hashes: outputs 'hash' differed "
+        "between recording 1 and recording 2, each in its own process",
+        "nondeterministic: tests/test_noise.py::test_unseeded: outputs 'noise' "
+        "differed between recording 1 and recording 2, each in its own process"]
     done = subject_repo.invoke("test", "--reference", "HEAD")
     assert done.returncode == 0, output(done)
-    assert "2 cases: 1 identical, 0 changed, 0 not in reference, 0 errors, 1 nondeterministic" \
+    assert "3 cases: 1 identical, 0 changed, 0 not in reference, 0 errors, 2 nondeterministic" \
            in done.stdout
     assert "NONDETERMINISTIC tests/test_noise.py::test_unseeded: outputs 'noise'" in done.stdout
     assert "CHANGED" not in done.stdout
@@ -330,7 +337,7 @@ def test_nondeterministic_case_is_found_by_repeat_and_never_reported_changed(
     subject_repo.commit("record twice")
     again = subject_repo.invoke("test", "--reference", "HEAD")
     assert again.returncode == 0, output(again)
-    assert "recording 2 cases again (2 of 2)" in again.stdout and "1 nondeterministic" in again.stdout
+    assert "recording 3 cases again (2 of 2)" in again.stdout and "2 nondeterministic" in again.stdout
 
 
 def test_a_package_the_tests_need_missing_here_is_named_with_the_install(

@@ -154,23 +154,49 @@ done = run("import os, sys; print(os.getpid(), os.getppid(), sys.argv, os.getcwd
            "sys.exit(3)")
 seen["exit"] = [done.returncode, *done.stdout.split(maxsplit=2)]
 seen["signal"] = run("import os, signal; os.kill(os.getpid(), signal.SIGTERM)").returncode
+with open(root / "refused.out", "wb") as out:  # a recording the server cannot start
+    refused = server.start(["-q"], root / "missing", dict(os.environ), out.fileno())
+    seen["refused recording"] = [refused.wait(timeout=60), refused.pid]
+seen["refused recording"].append((root / "refused.out").read_text())
+ending = ("import atexit, threading, time\\n"
+          "def late(): time.sleep(0.3); open('thread', 'w').close()\\n"
+          "threading.Thread(target=late).start()\\n"
+          "atexit.register(lambda: open('atexit', 'w').write(str(os.path.exists('thread'))))\\n"
+          "import os\\n")
+seen["ended"] = [run(ending).returncode, (root / "atexit").read_text()]
+done = run("raise ValueError('uncaught')")
+seen["uncaught"] = [done.returncode, done.stderr]
+seen["interrupted"] = run("raise KeyboardInterrupt").returncode
 seen["stdin"] = run("import sys; print(sys.stdin.readline().strip()[::-1])",
                     input="abc\\n").stdout.strip()
 alone = subprocess.Popen([*launcher, "import os; print(os.getpid())"], env=unserved,
                          stdout=subprocess.PIPE, text=True, cwd=root)
 seen["unserved"] = [alone.pid, int(alone.communicate(timeout=60)[0])]
-started = subprocess.Popen([*launcher, f"open({str(root / 'pid')!r}, 'w').write("
-                            "str(__import__('os').getpid())); __import__('time').sleep(60)"],
-                           env=served, cwd=root)
-while not (root / "pid").exists() or not (root / "pid").read_text():
-    time.sleep(0.05)
-worker = int((root / "pid").read_text())
-started.kill()
-started.wait()
-deadline = time.monotonic() + 10
-while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
-    time.sleep(0.05)
-seen["killed"] = [worker, started.pid, Path(f"/proc/{worker}").exists()]
+seeded = subprocess.Popen([*launcher, "import os, sys; print(os.getpid(), hash('x'))"],
+                          env={**served, "PYTHONHASHSEED": "7"}, stdout=subprocess.PIPE,
+                          text=True, cwd=root)
+pid, hashed = seeded.communicate(timeout=60)[0].split()
+seen["seeded"] = [seeded.pid, int(pid), int(hashed)]
+seen["seed 7"] = int(subprocess.run([sys.executable, "-c", "print(hash('x'))"], text=True,
+                                    env={**unserved, "PYTHONHASHSEED": "7"},
+                                    capture_output=True).stdout)
+for number in (signal.SIGKILL, signal.SIGTERM):  # a killed launcher; one asked to end
+    (root / "pid").unlink(missing_ok=True)
+    started = subprocess.Popen([*launcher, "import os, signal, time\\n"
+                                "def ended(*_): open('ended', 'w').close(); os._exit(5)\\n"
+                                "signal.signal(signal.SIGTERM, ended)\\n"
+                                "open('pid', 'w').write(str(os.getpid())); time.sleep(60)"],
+                               env=served, cwd=root)
+    while not (root / "pid").exists() or not (root / "pid").read_text():
+        time.sleep(0.05)
+    worker = int((root / "pid").read_text())
+    started.send_signal(number)
+    started.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen[f"signal {number}"] = [worker, started.pid, Path(f"/proc/{worker}").exists(),
+                                started.returncode, (root / "ended").exists()]
 print(json.dumps(seen, default=bytes.decode))
 """
 
@@ -178,8 +204,10 @@ print(json.dumps(seen, default=bytes.decode))
 def test_an_xdist_worker_launched_through_the_server_is_its_fork_and_ends_as_it_does(
         tmp_path: Path) -> None:
     """The launcher xdist starts a worker with: a fork of the server, in the launcher's
-    folder with its standard input; the launcher ends as the worker did (an exit status, a
-    signal); a killed launcher's worker is killed; with no server, the launcher is Python."""
+    folder with its standard input, which ends as Python ends (its threads joined, its exit
+    functions run, an uncaught error said, an interrupt ending it by SIGINT); the launcher
+    ends as the worker did (an exit status, a signal); a killed launcher's worker is killed;
+    with no server, the launcher is Python."""
     import json
     import subprocess
     import sys
@@ -192,9 +220,38 @@ def test_an_xdist_worker_launched_through_the_server_is_its_fork_and_ends_as_it_
     assert exit_status == 3 and int(parent) == seen["server"] and int(pid) != seen["server"]
     assert rest.strip() == f"['-c'] {tmp_path}"
     assert seen["refused"] == ["", ""]  # told by the end of the connection; served after
+    status, pid, said = seen["refused recording"]  # its cause said; the server serves on
+    assert status == 1 and pid is None and said.startswith(
+        "torch-regression: the fork server could not start this recording: FileNotFoundError")
     assert seen["signal"] == -signal.SIGTERM
     assert seen["stdin"] == "cba"
-    worker, launcher, alive = seen["killed"]
-    assert worker != launcher and not alive
+    assert seen["ended"] == [0, "True"]  # as Python ends: threads joined, then exit functions
+    status, said = seen["uncaught"]
+    assert status == 1 and said.startswith("Traceback") and 'File "<string>", line 1' in said
+    assert "forkserver" not in said and said.endswith("ValueError: uncaught\n")
+    assert seen["interrupted"] == -signal.SIGINT  # Python ends by the signal itself
+    worker, launcher, alive, status, ended = seen[f"signal {signal.SIGKILL}"]
+    assert worker != launcher and not alive and status == -signal.SIGKILL and not ended
+    worker, launcher, alive, status, ended = seen[f"signal {signal.SIGTERM}"]  # passed on
+    assert worker != launcher and not alive and status == 5 and ended
+    launched, ran, hashed = seen["seeded"]  # Python's start set otherwise: Python itself
+    assert launched == ran and hashed == seen["seed 7"]
     launched, ran = seen["unserved"]
     assert launched == ran  # no server: the launcher became Python (exec), which ran the code
+
+
+@pytest.mark.parametrize("variable, served", [
+    ("PYTHONPATH", True), ("PYTHONDONTWRITEBYTECODE", True), ("PYTHONUNBUFFERED", True),
+    ("PYTHONHASHSEED", False), ("PYTHONOPTIMIZE", False), ("PYTHONWARNINGS", False),
+    ("PYTHONUTF8", False), ("REGRESSION_OTHER", True)])
+def test_a_run_that_sets_python_s_start_otherwise_is_not_served(variable: str,
+                                                                 served: bool) -> None:
+    """Forks take the server's hash seed, optimisation level, warnings and modes; the
+    variables a fork is set up by (sys.path, bytecode, buffering) do not matter."""
+    from regression.run.forkserver import ForkServer, start_variables
+
+    base = {"HOME": "/root", "PYTHONHASHSEED": "0"}
+    server = ForkServer(None, 0, "", start_variables(base))  # type: ignore[arg-type]
+    assert server.serves(base)
+    changed = {**base, variable: "1"} if variable != "PYTHONHASHSEED" else {**base, variable: "5"}
+    assert server.serves(changed) is served
