@@ -81,10 +81,11 @@ def _xdist_args(job: Job | None) -> tuple[str, ...]:
 
 def _child_environment(settings: Settings, job_file: Path | None) -> dict[str, str]:
     """The environment of a pytest run for `settings`: no GIT_* (a hook's), no xdist worker
-    variables (a worker's child is none), no fork server's address (a run that has one is
-    given it), our cache, and the job, if any."""
-    env = {k: v for k, v in git_environment(os.environ).items()  # a server's, if any: its own
-           if k not in (JOB_ENV, forkserver.ADDRESS_ENV) and not k.startswith("PYTEST_XDIST_")}
+    variables (a worker's child is none), our cache, and the job, if any. The fork server's
+    address stays (a check worker's recording, a new Python, has its workers forked by the
+    check run's server), but for a repeat, whose workers must be new Pythons too."""
+    env = {k: v for k, v in git_environment(os.environ).items()
+           if k != JOB_ENV and not k.startswith("PYTEST_XDIST_")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
     if job_file is not None:
@@ -109,6 +110,8 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
         arguments = _pytest_args(settings, args, job)
         command = [sys.executable, "-m", "pytest", *arguments]
         env = _child_environment(settings, job_file)
+        if isinstance(job, ReproduceJob):
+            env.pop(forkserver.ADDRESS_ENV, None)
         if progress is not None:
             if capture and job is not None and not isinstance(job, (CheckJob, CollectJob)) \
                     and not isinstance(job, ReproduceJob) \

@@ -100,14 +100,17 @@ def test_key_collects_in_a_fork_of_the_invoke_process(recorded_subject_repo: Rep
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args, repeats", [(("test",), 0), (("gen", "--repeat", "3"), 2)],
-                         ids=["beside", "repeat"])
+@pytest.mark.parametrize("args, repeats", [(("test",), 0), (("gen", "--repeat", "3"), 2),
+                                           (("test", "--workers", "2"), 0)],
+                         ids=["beside", "repeat", "workers"])
 def test_recordings_are_forks_of_the_fork_server_which_imports_torch_once(
         subject_repo: Repo, tmp_path: Path, args: tuple[str, ...], repeats: int) -> None:
     """A recording, beside the check run or before it, starts no Python: it is a fork of the
     fork server, which the check run forked before it imported torch, and which imports it
-    once, at its first recording (the two import torch at once). A repeat is a new Python:
-    it looks for nondeterminism, and a fork has its parent's string hashes and memory."""
+    once, at its first recording (the two import torch at once). With workers, the check
+    run's workers are its forks, and so are those of the recording a worker starts (a new
+    Python, which as xdist's controller imports no torch). A repeat is a new Python: it
+    looks for nondeterminism, and a fork has its parent's string hashes and memory."""
     repo = subject_repo
     env, log = _counting(repo, tmp_path)
     done = repo.invoke(*args, env=env, process=True)
