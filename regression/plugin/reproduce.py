@@ -44,8 +44,16 @@ class Reproducer:
             self.differ[nodeid] = names
 
     def result(self) -> dict[str, Any]:
+        """The cases that differ; in one process, every case it did not run too. An xdist
+        worker runs some of them: it says which it saw, and its controller compares what no
+        worker ran (merged)."""
         if self.problem is not None:
             raise self.problem
+        if self.run.worker:
+            return {"differ": dict(self.differ), "seen": sorted(self.seen)}
+        return self._unseen_compared()
+
+    def _unseen_compared(self) -> dict[str, Any]:
         for nodeid in self.run.cases:
             if nodeid not in self.seen:
                 self._compare(nodeid, {})
@@ -56,4 +64,7 @@ class Reproducer:
         self.differ.clear()
 
     def merged(self, results: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"differ": {k: v for d in results for k, v in d["differ"].items()}}
+        for each in results:
+            self.differ.update(each["differ"])
+            self.seen.update(each.get("seen", ()))
+        return self._unseen_compared()

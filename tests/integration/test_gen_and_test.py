@@ -309,7 +309,7 @@ def test_nondeterministic_case_is_found_by_repeat_and_never_reported_changed(
         subject_repo: Repo) -> None:
     subject_repo.write("tests/test_noise.py", UNSEEDED)
     subject_repo.commit("a case that draws from an unseeded source")
-    gen = subject_repo.invoke("gen", "--reference", "HEAD", "--repeat", "2")
+    gen = subject_repo.invoke("gen", "--reference", "HEAD", "--repeat", "2", "--workers", "2")
     assert gen.returncode == 0, output(gen)
     assert "recording 3 cases again (2 of 2) to find nondeterministic ones" in gen.stdout
     found = [line for line in gen.stdout.splitlines() if line.startswith("nondeterministic: ")]
