@@ -88,7 +88,7 @@ def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
         _serve(theirs, listener, root, preload)
     theirs.close()
     listener.close()
-    _SERVERS[:] = [ForkServer(ours, pid, address, start_variables(os.environ))]
+    _SERVERS[:] = [ForkServer(ours, pid, address, start_variables(started_environment()))]
     return _SERVERS[0]
 
 
@@ -101,6 +101,17 @@ def start_variables(env: Mapping[str, str]) -> dict[str, str]:
     """The PYTHON* variables of `env` that act only as Python starts (its hash seed, -O,
     warnings, UTF-8 mode...): a fork has those its server started with."""
     return {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in EMULATED}
+
+
+def started_environment() -> dict[str, str]:
+    """The environment this process was started with (Linux's /proc/self/environ, which a
+    fork inherits): what Python read as it started, whatever os.environ says since."""
+    try:
+        data = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return dict(os.environ)
+    pairs = (os.fsdecode(item).partition("=") for item in data.split(b"\0") if item)
+    return {key: value for key, _, value in pairs}
 
 
 ADDRESS_ENV = "REGRESSION_FORK_SERVER"
@@ -271,7 +282,8 @@ def _serve(connection: socket.socket, listener: socket.socket, root: Path,
     ends."""
     _IGNORED[:] = [s for s in (signal.SIGINT, signal.SIGTERM)
                    if signal.getsignal(s) == signal.SIG_IGN]  # before the server's own
-    _STARTED_WITH.update(start_variables(os.environ))
+    _STARTED_WITH.update(start_variables(started_environment()))
+    _fresh_exit_functions()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the runs, not for this
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _close_inherited(keep=(connection.fileno(), listener.fileno()))
@@ -494,9 +506,30 @@ def _fork_run(request: dict[str, Any], fds: list[int], held: Sequence[socket.soc
         code = 1
     finally:
         if interrupted:  # Python ends by the signal itself, once its exit functions ran
+            for stream in (sys.stdout, sys.stderr):
+                with suppress(Exception):
+                    stream.flush()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         exit_now(code)
+
+
+def _fresh_exit_functions() -> None:
+    """The server's exit functions as a new Python that loaded what it has loaded would hold
+    them, for its forks to run as they end: its parent's (invoke's, the check run's) go, and
+    those the standard library registers as it loads come back for what is loaded (logging
+    flushes its handlers, multiprocessing ends its children, weakref.finalize registers
+    again); what the server loads next (torch, the plugin) registers its own."""
+    atexit._clear()
+    logging_module = sys.modules.get("logging")
+    if logging_module is not None:
+        atexit.register(logging_module.shutdown)
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        atexit.register(util._exit_function)
+    weakref = sys.modules.get("weakref")
+    if weakref is not None:
+        weakref.finalize._registered_with_atexit = False
 
 
 def _end_as_python() -> None:
@@ -505,7 +538,12 @@ def _end_as_python() -> None:
     cleared as it started)."""
     shutdown = getattr(threading, "_shutdown", None)
     if shutdown is not None:
-        shutdown()
+        try:
+            shutdown()
+        except KeyboardInterrupt as exc:  # as Python: said, and the end goes on
+            sys.unraisablehook(types.SimpleNamespace(
+                exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
+                err_msg="Exception ignored on threading shutdown", object=None))
     atexit._run_exitfuncs()
 
 
@@ -555,7 +593,6 @@ def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
     for name in [*_user_modules(root, allowed=("__main__",)),
                  *(n for n in sys.modules if n == "invoke" or n.startswith("invoke."))]:
         del sys.modules[name]  # the program that started the check run: invoke, tasks.py
-    atexit._clear()  # the check run's, not this process's
     main = types.ModuleType("__main__")
     if "code" in request:  # python -u -c CODE: unbuffered streams, an empty __main__
         _new_streams(unbuffered="-u" in request["flags"]
@@ -576,9 +613,9 @@ def _new_streams(unbuffered: bool) -> None:
     """sys.stdin, stdout and stderr (and their sys.__std*__) made anew on descriptors 0, 1 and
     2, as Python makes them at its start: nothing read ahead of what the new process is
     handed; with `unbuffered` (-u) its output written through, else stderr line-buffered."""
-    encoding = sys.stdout.encoding if sys.stdout else "utf-8"
     streams = []
     for number, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        made = getattr(sys, f"__{name}__")  # as Python made it for this locale and variables
         raw = io.FileIO(number, "r" if number == 0 else "w", closefd=False)
         raw.name = f"<{name}>"  # as Python names them
         buffered: io.BufferedIOBase | io.FileIO
@@ -587,7 +624,8 @@ def _new_streams(unbuffered: bool) -> None:
         else:
             buffered = raw if unbuffered else io.BufferedWriter(raw)
         streams.append((name, io.TextIOWrapper(
-            buffered, encoding=encoding, errors="backslashreplace" if number == 2 else "strict",
+            buffered, encoding=getattr(made, "encoding", None) or "utf-8",
+            errors=getattr(made, "errors", None) or "strict", newline="\n",
             write_through=unbuffered,
             line_buffering=not unbuffered and (number == 2 or os.isatty(number)))))
     for name, stream in streams:

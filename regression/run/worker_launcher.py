@@ -26,7 +26,10 @@ Ctrl-C reaches it itself, in the same process group)."""
 def main(argv: list[str]) -> int:
     """Ask for the worker `python ARGV` would start; start it so where none is served."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)  # until the pid is known
-    served = _ask(argv)
+    try:
+        served = _ask(argv)
+    except Exception:  # noqa: BLE001 - whatever went wrong asking: Python starts the worker
+        served = None
     if served is None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # exec keeps a mask: Python's own
         os.execv(sys.executable, [sys.executable, *argv])

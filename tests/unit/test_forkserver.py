@@ -130,6 +130,13 @@ from pathlib import Path
 from regression.run import forkserver
 
 root = Path(sys.argv[1])
+import logging, weakref  # their exit functions are registered here, before the server
+class Held:
+    pass
+held = Held()
+weakref.finalize(held, int)
+import atexit  # the parent's own exit function: never a fork's
+atexit.register(lambda me=os.getpid(): os.getpid() == me or open(root / "theirs", "w").close())
 server = forkserver.server(root, ())
 assert server is not None, "not at rest"
 served = {**os.environ, forkserver.ADDRESS_ENV: server.address}
@@ -167,6 +174,22 @@ seen["ended"] = [run(ending).returncode, (root / "atexit").read_text()]
 done = run("raise ValueError('uncaught')")
 seen["uncaught"] = [done.returncode, done.stderr]
 seen["interrupted"] = run("raise KeyboardInterrupt").returncode
+ended = ("import logging, logging.handlers, weakref\\n"
+         "memory = logging.handlers.MemoryHandler(100, target=logging.FileHandler('logged'))\\n"
+         "logging.getLogger('w').addHandler(memory); logging.getLogger('w').warning('kept')\\n"
+         "class A: pass\\n"
+         "a = A(); weakref.finalize(a, open, 'finalized', 'w')\\n")
+seen["stdlib exit"] = [run(ended).returncode, (root / "logged").read_text(),
+                       (root / "finalized").exists()]
+facts = ("import sys; print(repr(sys.stdin.readline()), sys.stdin.errors, sys.stdout.errors,"
+         " sys.stderr.errors, sys.stdout.encoding, sys.stdin.name, sys.__stdout__ is sys.stdout,"
+         " sys.stderr.line_buffering, sys.argv, sys.path[0] == '')")
+seen["streams"] = [run(facts, input="ab\\r\\n").stdout, subprocess.run(
+    [sys.executable, "-u", "-c", facts], env=unserved, cwd=root, input="ab\\r\\n",
+    capture_output=True, text=True, timeout=60).stdout]
+seen["interrupted output"] = subprocess.run(
+    [*launcher[:4], "-c", "print('partial', end=''); raise KeyboardInterrupt"], env=served,
+    cwd=root, capture_output=True, text=True, timeout=60).stdout
 seen["stdin"] = run("import sys; print(sys.stdin.readline().strip()[::-1])",
                     input="abc\\n").stdout.strip()
 alone = subprocess.Popen([*launcher, "import os; print(os.getpid())"], env=unserved,
@@ -225,6 +248,11 @@ def test_an_xdist_worker_launched_through_the_server_is_its_fork_and_ends_as_it_
         "torch-regression: the fork server could not start this recording: FileNotFoundError")
     assert seen["signal"] == -signal.SIGTERM
     assert seen["stdin"] == "cba"
+    assert seen["stdlib exit"] == [0, "kept\n", True]  # logging and weakref's exit functions
+    assert not (tmp_path / "theirs").exists()  # and none of the process the server left
+    forked, new = seen["streams"]
+    assert forked == new and forked.startswith("'ab\\r\\n'")
+    assert seen["interrupted output"] == "partial"  # flushed before it ends by SIGINT
     assert seen["ended"] == [0, "True"]  # as Python ends: threads joined, then exit functions
     status, said = seen["uncaught"]
     assert status == 1 and said.startswith("Traceback") and 'File "<string>", line 1' in said
@@ -255,3 +283,14 @@ def test_a_run_that_sets_python_s_start_otherwise_is_not_served(variable: str,
     assert server.serves(base)
     changed = {**base, variable: "1"} if variable != "PYTHONHASHSEED" else {**base, variable: "5"}
     assert server.serves(changed) is served
+
+
+def test_the_server_knows_the_environment_python_started_with(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable set in os.environ after Python started (a tasks.py's) did not set its start:
+    a run that asks for it is not the server's to fork."""
+    from regression.run.forkserver import started_environment
+
+    monkeypatch.setenv("PYTHONHASHSEED", "12345")
+    assert started_environment().get("PYTHONHASHSEED") != "12345"
+    assert started_environment().get("PATH") == os.environ["PATH"]
