@@ -110,14 +110,13 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
         arguments = _pytest_args(settings, args, job)
         command = [sys.executable, "-m", "pytest", *arguments]
         env = _child_environment(settings, job_file)
-        if isinstance(job, ReproduceJob):
-            env.pop(forkserver.ADDRESS_ENV, None)
+        if isinstance(job, ReproduceJob):  # a repeat, and its workers, are new Pythons: a
+            env.pop(forkserver.ADDRESS_ENV, None)  # fork has its parent's string hashes and
+            # memory layout, so it could not show nondeterminism that comes from them
         if progress is not None:
-            if capture and job is not None and not isinstance(job, (CheckJob, CollectJob)) \
-                    and not isinstance(job, ReproduceJob) \
+            if capture and job is not None \
+                    and not isinstance(job, (CheckJob, CollectJob, ReproduceJob)) \
                     and forkserver.server(settings.root, RECORDING_MODULES) is not None:
-                # a repeat is a new Python: a fork has its parent's string hashes and memory
-                # layout, so it could not show nondeterminism that comes from them
                 read, write = os.pipe()  # after the server started: it holds no end of it
                 try:
                     served = _served(settings, arguments, env, write)
