@@ -78,6 +78,7 @@ def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind("\0" + address)  # abstract: no file; only this user's processes are served
     listener.listen(64)
+    started_with = start_variables(started_environment())
     ending = ending_with_this_process()
     prepare_fork()
     pid = os.fork()
@@ -85,10 +86,11 @@ def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
         ours.close()
         if ending is not None:
             ending()
+        _STARTED_WITH.update(started_with)
         _serve(theirs, listener, root, preload)
     theirs.close()
     listener.close()
-    _SERVERS[:] = [ForkServer(ours, pid, address, start_variables(started_environment()))]
+    _SERVERS[:] = [ForkServer(ours, pid, address, started_with)]
     return _SERVERS[0]
 
 
@@ -282,7 +284,6 @@ def _serve(connection: socket.socket, listener: socket.socket, root: Path,
     ends."""
     _IGNORED[:] = [s for s in (signal.SIGINT, signal.SIGTERM)
                    if signal.getsignal(s) == signal.SIG_IGN]  # before the server's own
-    _STARTED_WITH.update(start_variables(started_environment()))
     _fresh_exit_functions()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the runs, not for this
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -506,9 +507,7 @@ def _fork_run(request: dict[str, Any], fds: list[int], held: Sequence[socket.soc
         code = 1
     finally:
         if interrupted:  # Python ends by the signal itself, once its exit functions ran
-            for stream in (sys.stdout, sys.stderr):
-                with suppress(Exception):
-                    stream.flush()
+            _flush_output()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         exit_now(code)
@@ -557,12 +556,14 @@ def exit_code(exc: SystemExit) -> int:
 def exit_now(code: int) -> NoReturn:
     """End this forked process now, its output flushed, skipping what a fork must not run
     (the exit functions and finalizers it took from its parent)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed stream: nothing left to say
-            pass
+    _flush_output()
     os._exit(code)
+
+
+def _flush_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):  # a closed stream: nothing left to say
+            stream.flush()
 
 
 def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:

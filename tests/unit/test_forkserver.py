@@ -294,3 +294,17 @@ def test_the_server_knows_the_environment_python_started_with(
     monkeypatch.setenv("PYTHONHASHSEED", "12345")
     assert started_environment().get("PYTHONHASHSEED") != "12345"
     assert started_environment().get("PATH") == os.environ["PATH"]
+
+
+def test_the_launcher_looks_for_the_server_where_the_server_says_it_is() -> None:
+    """worker_launcher.py imports nothing of ours (it runs with -I -S): its copy of the
+    variable's name must be the server's."""
+    import importlib.util
+
+    from regression.run import forkserver
+
+    spec = importlib.util.spec_from_file_location("launcher", forkserver.LAUNCHER)
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    assert launcher.ADDRESS_ENV == forkserver.ADDRESS_ENV
