@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, get_ar
 from regression.declarations import Declaration
 from regression.errors import ConfigError, RegressionError, error_data, error_from_data
 from regression.run.types import CheckResult, CollectResult, RecordResult, Reference, hint_names
-from regression.store.scratch import read_regular_file
+from regression.store.regular import read_regular
+from regression.store.scratch import WRITER
 
 if TYPE_CHECKING:
     from regression.config.settings import Settings
@@ -291,16 +292,11 @@ def current_job() -> Job | None:
     if not path:
         return None
     try:
-        return _checked(json.loads(_read_regular(Path(path))))
-    except (OSError, ValueError, TypeError) as exc:
+        return _checked(json.loads(read_regular(Path(path), MAX_JOB_BYTES, WRITER)))
+    except (RegressionError, ValueError, TypeError) as exc:
         raise ConfigError(f"${JOB_ENV}", f"{path!r} is no job of torch-regression ({exc}). "
                           "torch-regression sets this variable only for the pytest processes it "
                           f"starts; unset it (`unset {JOB_ENV}`) and run again") from None
-
-
-def _read_regular(path: Path) -> str:
-    """The text of a job file: a regular file, read without blocking (a pipe would hang)."""
-    return read_regular_file(path, MAX_JOB_BYTES).decode("utf-8")
 
 
 def _checked(data: object) -> Job:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 import tempfile
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from regression.store import strictjson
 from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from regression.environment.fingerprint import content_hasher, digest
 from regression.nodes import MAX_DEPTH
+from regression.store.regular import fill, opened_regular, read_error, read_regular
 from regression.store.tensorfile import LENGTH_BYTES, Slot, header_length, parse_header
 
 _HEADER = b"torch-regression "
@@ -23,11 +23,6 @@ MAX_RECORD = 256 << 20
 """Bytes of a verified JSON file: structure and scalars only (tensors have their own files)."""
 RECORD_DEPTH = 3 * MAX_DEPTH + 8
 """JSON levels of a record: a stored value nests at most 3 per level, the record itself 3."""
-_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
@@ -185,12 +180,12 @@ def read_tensor_file(path: Path, expected_digest: str, known: Layout | None = No
     `known` kept are used as they are: they are what was verified."""
     if known is not None and known.data is not None and known.digest == expected_digest:
         return known.data, known.slots
-    handle, size = _opened_regular(path)
+    handle, size = opened_regular(path)
     try:
-        data = _fill(path, handle, bytearray(size))
+        data = fill(path, handle, bytearray(size))
         after = stamp_of(os.fstat(handle))  # after the read: a write before or during it shows
     except OSError as exc:
-        raise _read_error(path, exc) from None
+        raise read_error(path, exc) from None
     finally:
         os.close(handle)
     if known is not None and known.digest == expected_digest and known.stamp == after:
@@ -198,71 +193,6 @@ def read_tensor_file(path: Path, expected_digest: str, known: Layout | None = No
     if digest(data) != expected_digest:
         raise StoreError(f"{path} is corrupt or truncated: its content hash does not match")
     return data, None
-
-
-def _opened_regular(path: Path) -> tuple[int, int]:
-    """A descriptor to read `path`, opened only if it is a regular file: never through a link,
-    and never a FIFO (opening one waits for a writer) or a device (opening one can act); and
-    the file's size as it was opened."""
-    try:
-        _require_regular(path, os.lstat(path).st_mode)  # anything else is never opened
-        handle = os.open(path, _READ_FLAGS)
-    except FileNotFoundError:
-        raise StoreError(f"{path} is missing") from None
-    except OSError as exc:
-        raise _read_error(path, exc) from None
-    try:
-        found = os.fstat(handle)
-        _require_regular(path, found.st_mode)  # swapped in since the lstat
-    except BaseException:
-        os.close(handle)
-        raise
-    return handle, found.st_size
-
-
-def _require_regular(path: Path, mode: int) -> None:
-    if not stat.S_ISREG(mode):
-        kind = next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
-        raise StoreError(f"{path} cannot be read: it is {kind}, where the cache writes a "
-                         "regular file; the cache never opens one")
-
-
-def _read_error(path: Path, exc: OSError) -> StoreError:
-    if exc.errno == errno.ELOOP:
-        return StoreError(f"{path} cannot be read: it is a symbolic link, and the cache never "
-                          "reads through one")
-    return StoreError(f"{path} cannot be read: {exc.strerror or exc}")
-
-
-def read_regular(path: Path, limit: int | None = None) -> bytearray:
-    """A regular file's bytes in a buffer of its size, filled in place (no second copy);
-    StoreError, before reading, for a file of more than `limit` bytes."""
-    handle, size = _opened_regular(path)
-    try:
-        if limit is not None and size > limit:
-            raise StoreError(f"{path} cannot be read: it is {size} bytes, more than any "
-                             f"file of its kind the cache writes ({limit})")
-        return _fill(path, handle, bytearray(size))
-    except OSError as exc:
-        raise _read_error(path, exc) from None
-    finally:
-        os.close(handle)
-
-
-def _fill(path: Path, handle: int, data: bytearray) -> bytearray:
-    """`data` filled from `handle`, which must hold exactly as many bytes, no more: each
-    read asks for one byte more than is left, so a file that grew says so in the same call
-    (every file is read after each case: a call fewer is worth it)."""
-    beyond = bytearray(1)
-    with memoryview(data) as view:
-        filled = 0
-        while count := os.readv(handle, [view[filled:], beyond]):
-            filled += count
-            if filled >= len(data):
-                break
-    if filled != len(data):
-        raise StoreError(f"{path} changed while it was read")
-    return data
 
 
 WHOLE = 1 << 20
@@ -273,11 +203,11 @@ def verified_layout(path: Path, expected_digest: str, keep: bool = False) -> Lay
     """A safetensors file's layout, after checking its hash and layout in one streaming pass,
     without torch and without unpickling; memory stays small whatever the file's size. With
     `keep`, a file small enough to be read whole keeps its bytes in the layout."""
-    handle, size = _opened_regular(path)
+    handle, size = opened_regular(path)
     kept = None
     try:
         if size <= WHOLE:  # most are small: one read, no stream
-            data = _fill(path, handle, bytearray(size))
+            data = fill(path, handle, bytearray(size))
             content_digest = digest(data)
             header = bytes(data[:LENGTH_BYTES + _length_or_0(data)])
             kept = data if keep else None
@@ -286,7 +216,7 @@ def verified_layout(path: Path, expected_digest: str, keep: bool = False) -> Lay
                 content_digest, header, size = _hash_with_header(path, stream)
         found = stamp_of(os.fstat(handle))  # after the read, as read_tensor_file takes it
     except OSError as exc:
-        raise _read_error(path, exc) from None
+        raise read_error(path, exc) from None
     finally:
         os.close(handle)
     if content_digest != expected_digest:

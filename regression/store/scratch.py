@@ -3,7 +3,6 @@ killed runs left are removed by the next run, and nothing that is not provably o
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import shutil
@@ -13,9 +12,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from regression.errors import StoreError
+from regression.store.regular import read_regular
+
 PREFIX = "torch-regression-"
 MARKER = ".torch-regression-run"
 _MARKED = re.compile(r"torch-regression run of process (\d+)\n")
+WRITER = "torch-regression"
+"""Who writes a run's files (its marker, its job), as a failed read names it."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -89,26 +93,6 @@ def run_owner(folder: Path) -> int | None:
 def _small_regular_file(path: Path) -> str | None:
     """The ASCII text of a small regular file; None when it is no such file."""
     try:
-        return read_regular_file(path, 200).decode("ascii")
-    except (ValueError, UnicodeDecodeError):
+        return read_regular(path, 200, WRITER).decode("ascii")
+    except (StoreError, UnicodeDecodeError):
         return None
-
-
-def read_regular_file(path: Path, limit: int) -> bytes:
-    """Up to `limit` bytes of a regular file, opened without following a link or waiting on
-    a pipe; ValueError when `path` is no regular file, OSError when it cannot be opened or
-    is a folder."""
-    handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        mode = os.fstat(handle).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        if not stat.S_ISREG(mode):
-            raise ValueError("not a regular file")
-        blocks = []
-        while limit > 0 and (block := os.read(handle, min(limit, 1 << 20))):
-            blocks.append(block)
-            limit -= len(block)
-        return b"".join(blocks)
-    finally:
-        os.close(handle)

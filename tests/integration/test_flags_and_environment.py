@@ -207,7 +207,7 @@ def _job_file(tmp: Path, text: str) -> Path:
 
 
 JOBS = {
-    "missing": (lambda tmp: tmp / "gone.json", "No such file or directory"),
+    "missing": (lambda tmp: tmp / "gone.json", "gone.json is missing"),
     "not JSON": (lambda tmp: _job_file(tmp, "{mode: check"), "Expecting property name"),
     "a list": (lambda tmp: _job_file(tmp, "[]"), "not a JSON object"),
     "unknown field": (lambda tmp: _job_file(tmp, '{"mode": "check", "result": "r", "x": 1}'),
@@ -216,8 +216,8 @@ JOBS = {
                    "field 'result' is unknown or of the wrong type"),
     "unknown mode": (lambda tmp: _job_file(tmp, '{"mode": "delete", "result": "r"}'),
                      "mode 'delete' is none of collect, record, reproduce, trace, check"),
-    "a folder": (lambda tmp: tmp, "Is a directory"),
-    "a pipe": (lambda tmp: _fifo(tmp / "pipe"), "not a regular file"),
+    "a folder": (lambda tmp: tmp, "cannot be read: it is a folder, where torch-regression writes"),
+    "a pipe": (lambda tmp: _fifo(tmp / "pipe"), "it is a FIFO (named pipe), where torch-regression"),
 }
 
 
@@ -242,5 +242,5 @@ def test_plain_pytest_with_a_stale_job_variable_is_a_usage_error(subject_repo: R
                           check=False, timeout=120)
     text = output(done)
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, text
-    assert f"ERROR: torch-regression: ${JOB_ENV}: " in text and "No such file" in text
+    assert f"ERROR: torch-regression: ${JOB_ENV}: " in text and "job.json is missing" in text
     assert "Traceback" not in text and "INTERNALERROR" not in text

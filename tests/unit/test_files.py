@@ -16,8 +16,6 @@ from safetensors.torch import save
 from crafted_files import CRAFTED, craft, entry
 from regression.errors import CacheWriteError, NoSpaceError, ReadOnlyError, StoreError
 from regression.store.files import (
-    _fill,
-    _opened_regular,
     dump_verified,
     load_verified,
     read_tensor_file,
@@ -25,6 +23,7 @@ from regression.store.files import (
     write_atomic,
 )
 from regression.environment.fingerprint import digest
+from regression.store.regular import fill, opened_regular
 
 
 def test_verified_body_round_trips(tmp_path: Path) -> None:
@@ -214,7 +213,7 @@ def test_a_file_that_changes_size_once_opened_is_refused(tmp_path: Path,
                                                          change: bytes | None) -> None:
     path = tmp_path / "file.bin"
     path.write_bytes(b"x" * 100)
-    handle, size = _opened_regular(path)
+    handle, size = opened_regular(path)
     try:
         with open(path, "r+b") as stream:
             if change is None:
@@ -223,7 +222,7 @@ def test_a_file_that_changes_size_once_opened_is_refused(tmp_path: Path,
                 stream.seek(0, os.SEEK_END)
                 stream.write(change)
         with pytest.raises(StoreError, match="changed while it was read"):
-            _fill(path, handle, bytearray(size))
+            fill(path, handle, bytearray(size))
     finally:
         os.close(handle)
     assert read_tensor_file(path, digest(path.read_bytes()))[0] == path.read_bytes()
