@@ -86,7 +86,7 @@ import torch
 
 @pytest.mark.parametrize("index", range(12))
 def test_slow(regression, index):
-    time.sleep(0.5)
+    time.sleep(0.2)  # long enough for a signal to land mid-recording
     regression.check(torch.full((4,), float(index)), name="value")
 """
 
