@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import gc
 import fcntl
 import importlib
 import importlib.machinery
@@ -323,6 +324,7 @@ def _fork_for(request: dict[str, Any], fds: list[int], held: Sequence[socket.soc
     what the fork closes first (the server's sockets)."""
     for name in preload:
         importlib.import_module(name)
+    gc.freeze()  # what the server loaded is shared with its forks: their collections skip it
     request["path"] = _new_python_path(request["cwd"], request["env"],
                                        "-c" if "code" in request else "-m")
     pid = _fork_run(request, fds, [*held, *channels.values()], root)

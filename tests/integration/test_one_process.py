@@ -99,6 +99,41 @@ def test_key_collects_in_a_fork_of_the_invoke_process(recorded_subject_repo: Rep
     assert notes["torch"] >= 1, log.read_text()  # the collection did import torch
 
 
+FROZEN = """\
+import gc
+import os
+
+import torch
+
+
+def test_frozen(regression):
+    with open(os.environ["FROZEN"], "a", encoding="utf-8") as handle:
+        handle.write(f"{os.getpid()} {gc.get_freeze_count()}\\n")
+    regression.check(torch.zeros(1), name="x")
+"""
+
+
+def test_runs_of_ours_set_what_they_loaded_aside_from_the_collector_but_no_user_s_pytest(
+        subject_repo: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check run and its recording freeze what they loaded before the session (torch's
+    objects at least), so their full collections do not walk it; a user's own pytest run,
+    the plugin in it, freezes nothing."""
+    repo = subject_repo
+    repo.write("tests/test_frozen.py", FROZEN)
+    repo.commit("frozen")
+    repo.git("tag", "-f", "-a", "v1", "-m", "frozen")
+    log = tmp_path / "frozen"
+    monkeypatch.setenv("FROZEN", str(log))
+    done = repo.invoke("test")
+    assert done.returncode == 0 and "2 identical" in done.stdout, output(done)
+    seen = dict(line.split() for line in log.read_text().splitlines())
+    assert len(seen) == 2 and min(int(n) for n in seen.values()) > 10_000, seen
+    log.unlink()
+    plain = repo.pytest("tests/test_frozen.py")
+    assert plain.returncode == 0 and "1 identical" in output(plain), output(plain)
+    assert [line.split()[1] for line in log.read_text().splitlines()] == ["0"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args, repeats", [(("test",), 0), (("gen", "--repeat", "3"), 2),
                                            (("test", "--workers", "2"), 0)],
