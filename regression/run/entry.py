@@ -43,9 +43,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     full collection of the run then walks what the run made since, not every object of
     torch's (about 0.1 s each on a 2,000-case suite), and a fork's collections leave the
     pages it shares with its parent unwritten. Nothing alive then is collected later; a
-    user's own pytest process is left as it is."""
-    if os.environ.get(JOB_ENV):
+    user's own pytest process is left as it is, and so is a session run inside a session
+    (pytester's): the first of a process freezes, once."""
+    if os.environ.get(JOB_ENV) and os.getpid() not in _FROZE:
+        _FROZE.append(os.getpid())
         gc.freeze()
+
+
+_FROZE: list[int] = []
+"""The processes whose session froze (a fork's list is its parent's copy: its pid is new)."""
 
 
 def pytest_cmdline_main(config: pytest.Config) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, get_ar
     get_type_hints
 
 from regression.declarations import Declaration
-from regression.errors import ConfigError, RegressionError, error_data, error_from_data
+from regression.errors import ConfigError, RegressionError, StoreError, error_data, error_from_data
 from regression.run.types import CheckResult, CollectResult, RecordResult, Reference, hint_names
 from regression.store.regular import read_regular
 from regression.store.scratch import WRITER
@@ -293,7 +293,7 @@ def current_job() -> Job | None:
         return None
     try:
         return _checked(json.loads(read_regular(Path(path), MAX_JOB_BYTES, WRITER)))
-    except (RegressionError, ValueError, TypeError) as exc:
+    except (StoreError, ValueError, TypeError) as exc:
         raise ConfigError(f"${JOB_ENV}", f"{path!r} is no job of torch-regression ({exc}). "
                           "torch-regression sets this variable only for the pytest processes it "
                           f"starts; unset it (`unset {JOB_ENV}`) and run again") from None

@@ -50,8 +50,10 @@ def opened_regular(path: Path, writer: str = CACHE) -> tuple[int, int]:
     try:
         found = os.fstat(handle)
         _require_regular(path, found.st_mode, writer)  # swapped in since the lstat
-    except BaseException:
+    except BaseException as exc:
         os.close(handle)
+        if isinstance(exc, OSError):
+            raise read_error(path, exc, writer) from None
         raise
     return handle, found.st_size
 

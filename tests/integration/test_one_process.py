@@ -3,6 +3,7 @@ repository whose pytest settings are this project's own (its suite's xdist optio
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import textwrap
@@ -108,30 +109,66 @@ import torch
 
 def test_frozen(regression):
     with open(os.environ["FROZEN"], "a", encoding="utf-8") as handle:
-        handle.write(f"{os.getpid()} {gc.get_freeze_count()}\\n")
+        handle.write(f"{os.getpid()} case {gc.get_freeze_count()}\\n")
     regression.check(torch.zeros(1), name="x")
+"""
+
+FROZEN_CONFTEST = """\
+import gc
+import os
+
+
+def pytest_configure(config):
+    with open(os.environ["FROZEN"], "a", encoding="utf-8") as handle:
+        handle.write(f"{os.getpid()} configure {gc.get_freeze_count()}\\n")
 """
 
 
 def test_runs_of_ours_set_what_they_loaded_aside_from_the_collector_but_no_user_s_pytest(
         subject_repo: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check run and its recording freeze what they loaded before the session (torch's
-    objects at least), so their full collections do not walk it; a user's own pytest run,
-    the plugin in it, freezes nothing."""
+    objects at least), so their full collections do not walk it; the recording, a fork of
+    the fork server, starts with what the server loaded frozen. A user's own pytest run, the
+    plugin in it, freezes nothing."""
     repo = subject_repo
     repo.write("tests/test_frozen.py", FROZEN)
+    repo.write("tests/conftest.py", FROZEN_CONFTEST)
     repo.commit("frozen")
     repo.git("tag", "-f", "-a", "v1", "-m", "frozen")
     log = tmp_path / "frozen"
     monkeypatch.setenv("FROZEN", str(log))
     done = repo.invoke("test")
     assert done.returncode == 0 and "2 identical" in done.stdout, output(done)
-    seen = dict(line.split() for line in log.read_text().splitlines())
-    assert len(seen) == 2 and min(int(n) for n in seen.values()) > 10_000, seen
+    seen = {(pid, when): int(count) for pid, when, count in
+            (line.split() for line in log.read_text().splitlines())}
+    processes = {pid for pid, _ in seen}
+    assert len(processes) == 2, seen  # the recording and the check run
+    assert all(seen[pid, "case"] > 10_000 for pid in processes), seen
+    assert sorted(seen[pid, "configure"] > 10_000 for pid in processes) == [False, True], seen
     log.unlink()
     plain = repo.pytest("tests/test_frozen.py")
     assert plain.returncode == 0 and "1 identical" in output(plain), output(plain)
-    assert [line.split()[1] for line in log.read_text().splitlines()] == ["0"]
+    assert [line.split()[2] for line in log.read_text().splitlines()] == ["0", "0"]
+
+
+def test_a_session_inside_a_session_of_ours_freezes_nothing_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytester's session in a run of ours inherits its job: the process froze once, at its
+    first session, and a later one leaves what the first one's run made to the collector."""
+    from regression.run import entry
+    from regression.run.job import JOB_ENV
+
+    monkeypatch.setenv(JOB_ENV, "job.json")
+    monkeypatch.setattr(entry, "_FROZE", [])
+    assert gc.get_freeze_count() == 0  # this suite's own process is no run of ours
+    try:
+        entry.pytest_sessionstart(None)  # type: ignore[arg-type]
+        first = gc.get_freeze_count()
+        made = [[index] for index in range(1000)]  # what the first session's run made
+        entry.pytest_sessionstart(None)  # type: ignore[arg-type]
+        assert first > 0 and gc.get_freeze_count() == first, len(made)
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.slow
