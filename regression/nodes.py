@@ -5,7 +5,9 @@ min, max, mean, std, nan, inf}} (a tensor stored as a digest), {"complex": {"dty
 "complex64", "view": tensor or digest node}} (a complex tensor, by its real view: its real
 and imaginary parts as a last dim of 2, in F16, F32 or F64), {"none": true}, {"bool": b},
 {"int": "digits"}, {"float": "16 hex digits"}, {"str": s}, {"list": [node...]},
-{"tuple": [node...]} and {"dict": [[key node, value node]...]}. Dict keys are None, bools,
+{"tuple": [node...]}, {"named": {"type": name, "fields": [name...], "values": [node...]}}
+(a namedtuple: its type's name and its fields, which code reads by name) and
+{"dict": [[key node, value node]...]}. Dict keys are None, bools,
 ints, floats, strings or tuples of them, each key at most once. Nothing nests more than
 MAX_DEPTH levels. The invoke process checks records with this module and never imports torch.
 """
@@ -78,11 +80,69 @@ def _check(node: object, path: tuple[object, ...], depth: int, names: list[str])
             raise _malformed(path, f"a {kind} node must hold a list of nodes")
         for i, item in enumerate(content):
             _check(item, (*path, i), depth + 1, names)
+    elif kind == "named":
+        for i, item in enumerate(_named_values(content, path)):
+            _check(item, (*path, i), depth + 1, names)
     elif kind == "dict":
         for key, value in _dict_items(content, path, depth):
             _check(value, (*path, key), depth + 1, names)
     else:
         raise _malformed(path, f"unknown node kind {kind!r}")
+
+
+_NAMED_FIELDS = frozenset({"type", "fields", "values"})
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+
+
+def _named_values(content: object, path: tuple[object, ...]) -> list[object]:
+    """A named node's value nodes, after checking its type name and fields (identifiers,
+    one value each, none twice)."""
+    if not isinstance(content, dict) or set(content) != _NAMED_FIELDS:
+        raise _malformed(path, "a named node must hold its type, fields and values")
+    kind, fields, values = content["type"], content["fields"], content["values"]
+    if not isinstance(kind, str) or not _IDENTIFIER.fullmatch(kind) or \
+            not isinstance(fields, list) or not isinstance(values, list) or \
+            not all(isinstance(f, str) and _IDENTIFIER.fullmatch(f) for f in fields) or \
+            len(set(fields)) != len(fields) or len(fields) != len(values):
+        raise _malformed(path, "a named node's type and fields must be names, one field for "
+                         "each value, none twice")
+    return values
+
+
+class NamedValues(tuple):  # type: ignore[type-arg]
+    """A namedtuple as stored and compared: its values, its type's name and its fields
+    (a namedtuple whose fields were renamed or reordered hands code other values by name)."""
+
+    type_name: str
+    fields: tuple[str, ...]
+
+    def __new__(cls, type_name: str, fields: tuple[str, ...], values: object) -> NamedValues:
+        made = super().__new__(cls, values)  # type: ignore[arg-type]
+        made.type_name, made.fields = type_name, fields
+        return made
+
+
+
+def named_signature(value: object) -> str | None:
+    """A namedtuple's type as code sees it, `Heads(logits, probs)`, stored or not; None for
+    any other value."""
+    fields = namedtuple_fields(value)
+    if fields is None:
+        return None
+    name = value.type_name if isinstance(value, NamedValues) else type(value).__name__
+    return f"{name}({', '.join(fields)})"
+
+
+def namedtuple_fields(value: object) -> tuple[str, ...] | None:
+    """The fields of a namedtuple (a tuple whose type has `_fields`, one name per value);
+    None for any other value."""
+    if isinstance(value, NamedValues):
+        return value.fields
+    fields = getattr(type(value), "_fields", None)
+    if isinstance(value, tuple) and isinstance(fields, tuple) and len(fields) == len(value) \
+            and all(isinstance(f, str) for f in fields):
+        return fields
+    return None
 
 
 def _digest(content: object, path: tuple[object, ...]) -> None:

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import torch
 
-from regression.nodes import float_bits, path_label
+from regression.nodes import float_bits, named_signature, path_label
 from regression.store.tensorbytes import DTYPES as STORED_DTYPES
 from regression.store.tensorbytes import complex_name, dtype_name, resolved
 from regression.store.digest import TensorDigest, digest_tensor, tensor_xxh3
@@ -181,12 +181,16 @@ def _key_text(key: object) -> str:
 def _kind(value: object) -> str:
     if isinstance(value, (torch.Tensor, TensorDigest)):
         return "tensor"
-    return type(value).__name__
+    named = named_signature(value)
+    return type(value).__name__ if named is None else f"namedtuple {named}"  # read by name
 
 
 def _describe(value: object) -> str:
     if isinstance(value, (torch.Tensor, TensorDigest)):
         return f"tensor {_signature(value)}"
+    named = named_signature(value)
+    if named is not None:
+        return f"namedtuple {named} of {len(value)}"  # type: ignore[arg-type]
     if isinstance(value, (list, tuple, dict)):
         return f"{type(value).__name__} of {len(value)}"
     return f"{type(value).__name__} {value!r}"

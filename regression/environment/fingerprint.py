@@ -20,10 +20,11 @@ from regression.environment.dependencies import declared as declared_requirement
 from regression.environment.determinism import no_cuda_message
 from regression.errors import DeterminismError
 
-FORMAT_VERSION = "4"
+FORMAT_VERSION = "5"
 """2: each case stores the digests of the helpers its tests used (older entries lack them).
 3: a tensor may be stored as a digest node (older tools would refuse such a record).
-4: the key holds the subject's git objects at the reference, not the reference's commit."""
+4: the key holds the subject's git objects at the reference, not the reference's commit.
+5: a namedtuple is stored with its type's name and fields (older records hold a tuple)."""
 
 # Environment variables that select kernels or code paths in torch, MKL and oneDNN.
 KERNEL_VARIABLES = (

@@ -190,7 +190,10 @@ def _alone(reason: str) -> str:
     if reason.startswith(SHARED):
         return (f"{reason}, so the value it recorded may have been the check run's: recorded "
                 "again alone, it is stored now: run again to check it "
-                "(`record_beside_check: false` in config.yaml records first)")
+                "(`record_beside_check: false` in config.yaml records first). If that file "
+                "keeps what one run computed for the next (a cache outside the repository), "
+                "no run tells the two revisions apart: keep it under the tests or in "
+                "pytest's tmp_path (docs/limits.md)")
     return (f"{reason} while this run checked beside the recording, but recorded alone it "
             "ran, and is stored now: run again to check it (did the two runs clash over a "
             "port, a lock or memory? `record_beside_check: false` in config.yaml records "

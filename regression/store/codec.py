@@ -11,8 +11,8 @@ import torch
 from regression.errors import StoreError
 from regression.store.files import Layout, read_tensor_file, temporary_file
 from regression.environment.fingerprint import content_hasher
-from regression.nodes import COMPLEX_PARTS, MAX_DEPTH, deep_label, float_bits, float_from_bits, \
-    path_label
+from regression.nodes import COMPLEX_PARTS, MAX_DEPTH, NamedValues, deep_label, float_bits, \
+    float_from_bits, namedtuple_fields, path_label
 from regression.store.digest import TensorDigest, digest_tensor
 from regression.store.tensorbytes import DTYPES, NAMES, byte_blocks, complex_name, dtype_name, \
     resolved
@@ -44,6 +44,13 @@ class Encoder:
         scalar = _scalar_node(value, path)
         if scalar is not None:
             return scalar
+        fields = namedtuple_fields(value)
+        if fields is not None:
+            assert isinstance(value, tuple)
+            return {"named": {"type": value.type_name if isinstance(value, NamedValues)
+                              else type(value).__name__, "fields": list(fields),
+                              "values": [self._encode(v, (*path, i), depth + 1)
+                                         for i, v in enumerate(value)]}}
         if isinstance(value, (list, tuple)):
             kind = "list" if isinstance(value, list) else "tuple"
             return {kind: [self._encode(v, (*path, i), depth + 1) for i, v in enumerate(value)]}
@@ -186,6 +193,9 @@ def decode(node: Node, tensors: dict[str, torch.Tensor]) -> object:
         return [decode(n, tensors) for n in content]
     if kind == "tuple":
         return tuple(decode(n, tensors) for n in content)
+    if kind == "named":
+        return NamedValues(content["type"], tuple(content["fields"]),
+                           [decode(n, tensors) for n in content["values"]])
     if kind == "dict":
         return {decode(k, tensors): decode(v, tensors) for k, v in content}
     raise StoreError(f"unknown node kind {kind!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 import struct
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from regression.compare.outputs import Difference, compare, compare_tensors
+from regression.plugin.fixture import snapshot
 from regression.compare.tensordiff import pieces as _pieces
 from test_fixture import _tf32_off, stored_and_loaded  # noqa: F401 - _tf32_off: an autouse
 # fixture (TF32 and reduced-precision reductions off), as check() needs
@@ -571,3 +573,18 @@ def test_a_difference_says_whether_its_verdict_is_rounding_level() -> None:
     assert shape is not None and not shape.rounding
     weight = compare_tensors(reference, reference * (1 + 2 ** -23), weight=True)
     assert weight is not None and not weight.rounding  # stored, not computed
+
+
+def test_a_namedtuple_whose_fields_changed_differs_though_its_values_do_not() -> None:
+    """Code reads a namedtuple's values by name: fields renamed or reordered hand it other
+    values, and a tuple that became a namedtuple (or back) is another type."""
+    old, new = (collections.namedtuple("Heads", fields) for fields in ("logits probs",
+                                                                        "probs logits"))
+    x = torch.ones(2)
+    (difference,) = compare(snapshot(old(x, x)), snapshot(new(x, x)), name="'heads'")
+    assert difference.detail == ("namedtuple Heads(probs, logits) of 2, reference namedtuple "
+                                 "Heads(logits, probs) of 2"), difference
+    assert compare(snapshot((x, x)), snapshot(old(x, x)))
+    assert compare(snapshot(old(x, x)), snapshot((x, x)))
+    assert compare(snapshot(old(x, x)), snapshot(old(x, x))) == []
+    assert compare(old(x, x), snapshot(old(x, x))) == []  # stored or not, one type

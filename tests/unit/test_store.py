@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from crafted_files import CRAFTED, craft, entry
 from regression.compare.outputs import compare
 from regression.errors import StoreError
 from regression.environment.fingerprint import digest
-from regression.nodes import MAX_DEPTH, path_label, tensor_names
+from regression.nodes import MAX_DEPTH, named_signature, path_label, tensor_names
 from regression.store.codec import (
     Encoder,
     decode,
@@ -94,6 +95,36 @@ def test_round_trip_keeps_python_types_and_key_order() -> None:
     assert list(restored) == ["b", "a", 1]
     assert type(restored["b"]) is tuple
     assert type(restored[1]) is bool
+
+
+Heads = collections.namedtuple("Heads", "logits probs")
+
+
+def test_a_namedtuple_round_trips_with_its_type_s_name_and_fields(tmp_path: Path) -> None:
+    value = {"heads": Heads(torch.ones(2), (1, 2.5))}
+    restored = round_trip_through_bytes(value, tmp_path)
+    assert compare(value, restored) == []
+    heads = restored["heads"]  # type: ignore[index]
+    assert isinstance(heads, tuple) and named_signature(heads) == "Heads(logits, probs)"
+    assert named_signature(round_trip(heads)) == "Heads(logits, probs)"  # stored again alike
+    assert type(round_trip(torch.max(torch.ones(2, 2), 1))) is tuple  # no fields: a tuple
+
+
+MALFORMED_NAMED = {
+    "no fields": {"type": "T", "values": []},
+    "a value without a field": {"type": "T", "fields": ["a"],
+                                "values": [{"none": True}, {"none": True}]},
+    "one field twice": {"type": "T", "fields": ["a", "a"], "values": [{"none": True}] * 2},
+    "a type without a name": {"type": "", "fields": [], "values": []},
+    "a field that is no name": {"type": "T", "fields": ["a b"], "values": [{"none": True}]},
+    "values that are no list": {"type": "T", "fields": [], "values": {}},
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED_NAMED))
+def test_a_malformed_named_node_is_refused(kind: str) -> None:
+    with pytest.raises(StoreError, match="a named node"):
+        tensor_names({"named": MALFORMED_NAMED[kind]})
 
 
 def test_big_integers_and_float_bits_survive_json() -> None:
