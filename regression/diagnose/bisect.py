@@ -43,6 +43,9 @@ class Change:
     after: str
     cases: dict[str, Differences] = field(default_factory=dict)
     hidden: tuple[str, ...] = ()
+    merged: tuple[str, str] | None = None
+    """Where `sha` is a merge: the base and the tip of the branch it merged, which brought
+    the change (the search follows the main line, so a merge is as far as it goes)."""
 
 
 @dataclass
@@ -282,16 +285,21 @@ def subject_pathspecs(reference: Reference) -> list[str]:
 
 
 def commits_between(reference: Reference, good: str, bad: str) -> list[str]:
-    """The commits after `good` up to `bad` (on a path from one to the other) that touch the
-    subject packages, oldest first, and `bad` itself last."""
+    """The commits after `good` up to `bad` on bad's main line (each one's first parent, on
+    a path from good) that touch the subject packages (against that parent), oldest first,
+    and `bad` itself last. A search needs an order in which a change, once made, stays:
+    commits of a merged branch, listed among the main line's by date, have not (those of the
+    main line lack the branch's change), so a change that came with a branch is found at
+    its merge."""
     if good == bad:
         raise RegressionError(f"good and bad are the same commit, {short(good)}: give --good "
                               "an older commit, or --bad a newer one")
     if git_process(reference.repo, "merge-base", "--is-ancestor", good, bad).returncode != 0:
         raise RegressionError(f"good {short(good)} is not an ancestor of bad {short(bad)}: "
                               "give --good an older commit that bad descends from")
-    listed = run_git(reference.repo, "rev-list", "--reverse", "--ancestry-path",
-                     f"{good}..{bad}", "--", *subject_pathspecs(reference)).split()
+    listed = run_git(reference.repo, "rev-list", "--reverse", "--first-parent",
+                     "--ancestry-path", f"{good}..{bad}", "--",
+                     *subject_pathspecs(reference)).split()
     return [sha for sha in listed if sha != bad] + [bad]
 
 
@@ -315,8 +323,19 @@ def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> B
         search = Search(result, {c: at_good[c] for c in result.cases},
                          {c: differences[c] for c in result.cases})
         search.run(at_commits, echo)
-        result.changes = search.changes()
+        result.changes = [replace(change, merged=merged_branch(suite.reference, change.sha))
+                          for change in search.changes()]
     return result
+
+
+def merged_branch(reference: Reference, sha: str) -> tuple[str, str] | None:
+    """The base and tip of the branch that merge `sha` merged; None for a commit that is no
+    merge."""
+    parents = run_git(reference.repo, "rev-list", "--parents", "-n", "1", sha).split()[1:]
+    if len(parents) < 2:
+        return None
+    base = run_git(reference.repo, "merge-base", parents[0], parents[1]).strip()
+    return base, parents[1]
 
 
 def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bisection:
@@ -342,6 +361,8 @@ def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bis
                 hidden[case].append(sha)
     _set_aside_flaky(result, at_commits, bad)
     result.cases = [c for c in result.cases if c not in result.nondeterministic]
+    result.changes = [replace(change, merged=merged_branch(suite.reference, change.sha))
+                      for change in result.changes]
     return result
 
 

@@ -50,7 +50,7 @@ def _first_commit_lines(result: Bisection, change: Change,
 
     good = short(result.good)
     lines = [f"first commit whose outputs differ from good {good}: {short(change.sha)} "
-             f"{subject_line(change.sha)}"]
+             f"{subject_line(change.sha)}", *_merged_lines(change)]
     for number, (case, changed) in enumerate(change.cases.items()):
         if number:
             lines.append(f"  {case}: {changed_detail(changed)}")
@@ -61,6 +61,16 @@ def _first_commit_lines(result: Bisection, change: Change,
     return lines
 
 
+def _merged_lines(change: Change) -> list[str]:
+    """Where the commit found is a merge: the change came with its branch, and how to find
+    the commit on it."""
+    if change.merged is None:
+        return []
+    base, tip = (short(sha) for sha in change.merged)
+    return [f"  a merge: the change came with the branch it merged (the search follows the "
+            f"main line); `invoke bisect --good {base} --bad {tip}` finds its commit there"]
+
+
 def _change_lines(result: Bisection, change: Change,
                   subject_line: Callable[[str], str]) -> list[str]:
     """A commit and the cases it changed, one line each; or, where skipped commits hide
@@ -69,7 +79,8 @@ def _change_lines(result: Bisection, change: Change,
 
     cases = [f"    {case}: {changed_detail(changed)}" for case, changed in change.cases.items()]
     if not change.hidden:
-        return [f"  {short(change.sha)} {subject_line(change.sha)}", *cases]
+        return [f"  {short(change.sha)} {subject_line(change.sha)}", *_merged_lines(change),
+                *cases]
     whom = "this case" if len(change.cases) == 1 else "these cases"
     reasons = sorted({result.skipped[sha][case] for sha in change.hidden
                       for case in change.cases})

@@ -3,6 +3,7 @@ that fails to build at some commits, several changes in one range."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -171,3 +172,49 @@ def test_scan_skips_a_commit_only_for_the_case_that_fails_there(tmp_path: Path) 
     # stored as nondeterministic by gen --repeat at good: set aside, never a change
     assert f"  {FLAKY}: at {v1}: outputs 'noise' differed between recording 1 and " \
            "recording 2" in text
+
+
+def _commit_at(repo: Repo, message: str, second: int, *merge: str) -> str:
+    """Commit (or merge `merge`) at a set time, so that the history's order by date is the
+    one written here; its SHA, short."""
+    when = {"GIT_AUTHOR_DATE": f"2030-01-01T00:00:{second:02d}",
+            "GIT_COMMITTER_DATE": f"2030-01-01T00:00:{second:02d}"}
+    repo.git("add", "-A")
+    subprocess.run(["git", *(("merge", "-q", "--no-ff", *merge) if merge else ("commit", "-q")),
+                    "-m", message], cwd=repo.path, check=True, env={**os.environ, **when})
+    return repo.git("rev-parse", "HEAD")[:12]
+
+
+@pytest.mark.slow
+def test_bisect_over_a_merge_names_the_merge_and_the_branch_to_bisect(tmp_path: Path) -> None:
+    """Model a changed on a branch whose commits interleave by date with the main line's
+    (each touching the subject): a search over them all by date could blame a later branch
+    commit, as the main line's lack the change. The search follows the main line, names
+    the merge, and says how to bisect the branch, where A1 is found."""
+    repo = models_repo(tmp_path)
+    repo.git("checkout", "-q", "-b", "feature")
+    repo.write("subj/__init__.py", subject({"a": 2.0}))
+    a1 = _commit_at(repo, "A1 changes a", 1)
+    repo.git("checkout", "-q", "main")
+    repo.write("subj/notes.py", "MAIN = 1\n")
+    _commit_at(repo, "M1 harmless", 2)
+    repo.git("checkout", "-q", "feature")
+    repo.write("subj/extra.py", "EXTRA = 1\n")
+    _commit_at(repo, "A2 harmless", 3)
+    repo.git("checkout", "-q", "main")
+    repo.write("subj/notes.py", "MAIN = 2\n")
+    _commit_at(repo, "M2 harmless", 4)
+    merge = _commit_at(repo, "merge feature", 5, "feature")
+    done = repo.invoke("bisect", "--good", "v1", "--case", case("a"))
+    text = output(done)
+    assert done.returncode == 0, text
+    assert "first commit whose outputs differ from good " in text, text
+    assert f": {merge} merge feature\n" in text, text
+    base = repo.git("rev-parse", "v1^{commit}")[:12]
+    hint = f"`invoke bisect --good {base} --bad {repo.git('rev-parse', 'feature')[:12]}`"
+    assert f"  a merge: the change came with the branch it merged (the search follows the " \
+           f"main line); {hint} finds its commit there" in text, text
+    branch = repo.invoke("bisect", "--good", base, "--bad", "feature", "--case", case("a"))
+    assert branch.returncode == 0, output(branch)
+    assert f"first commit whose outputs differ from good {base}: {a1} A1 changes a" \
+           in output(branch), output(branch)
