@@ -1,12 +1,15 @@
 """What every invoke task shares: this folder's settings, the one place a RegressionError
-becomes an exit code, and the checks of flag values."""
+becomes an exit code, the checks of flag values, and the refusal of arguments after `--`."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from invoke.collection import Collection
+from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import Task
 
@@ -33,6 +36,28 @@ def translated(work: Callable[[], T], device: str | None = None) -> T:
 
 
 HELP_TOKENS = ("--help", "-h")
+
+
+def refusing_remainder(collection: Collection, prefix: str = "") -> Collection:
+    """Every task of `collection` (its sub-collections' too) refuses arguments after `--`:
+    invoke hands them to no one, and a user who meant them for pytest (`-- -x`, `--
+    --regression-strict`) would take them to have worked."""
+    for name, found in collection.tasks.items():
+        found.body = _refusing(prefix + name, found.body)
+    for name, sub in collection.collections.items():
+        refusing_remainder(sub, f"{prefix}{name}.")
+    return collection
+
+
+def _refusing(name: str, body: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(body)
+    def refusing(c: Context, *args: Any, **kwargs: Any) -> Any:
+        if c.remainder:
+            raise Exit(f"torch-regression: `invoke {name}` passes nothing after `--` to "
+                       f"pytest, so {c.remainder!r} would do nothing: use the task's own "
+                       f"flags (`invoke {name} --help`) or PYTEST_ADDOPTS", code=2)
+        return body(c, *args, **kwargs)
+    return refusing
 
 
 def help_if_asked(asked: Task[Any], *positionals: str) -> bool:

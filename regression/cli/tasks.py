@@ -17,7 +17,7 @@ from invoke.tasks import task
 
 from regression.cli.cache_tasks import cache
 from regression.cli.common import DEVICE_HELP, REFERENCE_HELP, current_settings, help_if_asked, \
-    report_path, require_filled, translated
+    refusing_remainder, report_path, require_filled, translated
 from regression.cli.diagnose_tasks import bisect, explain
 from regression.config.settings import MAX_REPEAT, Settings
 from regression.declarations import FILE, Declaration, accepted, pruned, stale
@@ -513,4 +513,5 @@ def shards(c: Context, count: str | None = None, list_: bool = False) -> None:
     translated(lambda: _shards(count, list_))
 
 
-ns = Collection(gen, test, accept, key, shards, compare, bisect, explain, cache)
+ns = refusing_remainder(Collection(gen, test, accept, key, shards, compare, bisect, explain,
+                                   cache))
