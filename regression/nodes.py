@@ -122,7 +122,6 @@ class NamedValues(tuple):  # type: ignore[type-arg]
         return made
 
 
-
 def named_signature(value: object) -> str | None:
     """A namedtuple's type as code sees it, `Heads(logits, probs)`, stored or not; None for
     any other value."""
