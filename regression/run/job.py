@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, get_ar
 from regression.declarations import Declaration
 from regression.errors import ConfigError, RegressionError, StoreError, error_data, error_from_data
 from regression.run.types import CheckResult, CollectResult, RecordResult, Reference, hint_names
-from regression.store.regular import read_regular
-from regression.store.scratch import WRITER
+from regression.store.regular import RUN, read_regular
 
 if TYPE_CHECKING:
     from regression.config.settings import Settings
@@ -292,7 +291,7 @@ def current_job() -> Job | None:
     if not path:
         return None
     try:
-        return _checked(json.loads(read_regular(Path(path), MAX_JOB_BYTES, WRITER)))
+        return _checked(json.loads(read_regular(Path(path), MAX_JOB_BYTES, RUN)))
     except (StoreError, ValueError, TypeError) as exc:
         raise ConfigError(f"${JOB_ENV}", f"{path!r} is no job of torch-regression ({exc}). "
                           "torch-regression sets this variable only for the pytest processes it "

@@ -14,6 +14,8 @@ from regression.errors import StoreError
 
 CACHE = "the cache"
 """Who wrote the files read here, as the errors name it: by default, the cache."""
+RUN = "torch-regression"
+"""The writer of a run's own files (its job, its scratch folder's marker)."""
 _READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
                | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
 _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),

@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Iterator
 
 from regression.errors import StoreError
-from regression.store.regular import read_regular
+from regression.store.regular import RUN, read_regular
 
 PREFIX = "torch-regression-"
 MARKER = ".torch-regression-run"
 _MARKED = re.compile(r"torch-regression run of process (\d+)\n")
-WRITER = "torch-regression"
-"""Who writes a run's files (its marker, its job), as a failed read names it."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -93,6 +91,6 @@ def run_owner(folder: Path) -> int | None:
 def _small_regular_file(path: Path) -> str | None:
     """The ASCII text of a small regular file; None when it is no such file."""
     try:
-        return read_regular(path, 200, WRITER).decode("ascii")
+        return read_regular(path, 200, RUN).decode("ascii")
     except (StoreError, UnicodeDecodeError):
         return None
