@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from regression.errors import ConfigError
-from regression.outcomes import CHANGED, DECLARED, IDENTICAL, CaseOutcome
+from regression.outcomes import CHANGED, DECLARED, IDENTICAL, REMOVED, CaseOutcome
 
 if TYPE_CHECKING:
     from regression.config.yamlfile import Lined
@@ -25,6 +25,8 @@ ROUNDING = "rounding-level"
 BEHAVIOUR = "behaviour"
 SIZES = (ROUNDING, BEHAVIOUR)
 """The sizes of a change, smallest first: a declared size covers the sizes before it."""
+REMOVAL = REMOVED
+"""The size of a declared removal: the case is no longer collected (its outputs are [])."""
 PRUNE = "invoke accept --prune"
 KEYS = ("case", "outputs", "size", "reason", "reference")
 HEADER = f"""\
@@ -42,9 +44,10 @@ class Declaration:
 
     case: str
     outputs: tuple[str, ...]
-    """The names of the outputs that may differ (those given to regression.check)."""
+    """The names of the outputs that may differ (those given to regression.check); none
+    for a removal."""
     size: str
-    """ROUNDING or BEHAVIOUR: the largest change declared."""
+    """ROUNDING or BEHAVIOUR: the largest change declared; or REMOVAL: the case is gone."""
     reason: str
     reference: str
     """The full SHA of the reference the case was seen to differ from."""
@@ -62,6 +65,9 @@ def size_of(rounding: Iterable[bool]) -> str:
 def uncovered(declaration: Declaration, outputs: Sequence[str], size: str) -> str:
     """Why the change (the outputs that differ, its size) goes beyond the declaration; ""
     when the declaration covers it."""
+    if declaration.size == REMOVAL:
+        return (f"declared removed in {FILE} (line {declaration.line}), but it is collected "
+                "and its outputs differ")
     extra = [name for name in outputs if name not in declaration.outputs]
     if extra:
         names = ", ".join(repr(name) for name in extra)
@@ -89,19 +95,22 @@ def stale(declarations: Iterable[Declaration], outcomes: Iterable[CaseOutcome]
 def unknown(declarations: Iterable[Declaration], cases: set[str], files: set[str],
             root: Path) -> list[Declaration]:
     """The declarations that name no case: their test file is gone, or was collected here
-    without the case."""
+    without the case (which a declared removal may be: the check run judges it)."""
     return [d for d in declarations
             if not (root / d.case.split("::")[0]).is_file()
-            or (d.case.split("::")[0] in files and d.case not in cases)]
+            or (d.case.split("::")[0] in files and d.case not in cases and d.size != REMOVAL)]
 
 
 def accepted(existing: Sequence[Declaration], outcomes: Iterable[CaseOutcome], reason: str,
              reference: str) -> tuple[Declaration, ...]:
-    """`existing` with an entry for each changed (or already declared) case of `outcomes`:
-    a case declared before is declared again, with this reason and what it shows now."""
+    """`existing` with an entry for each changed or removed (or already declared) case of
+    `outcomes`: a case declared before is declared again, with this reason and what it shows
+    now."""
     found = by_case(existing)
     for outcome in outcomes:
-        if outcome.outcome in (CHANGED, DECLARED):
+        if outcome.outcome == REMOVED:
+            found[outcome.nodeid] = Declaration(outcome.nodeid, (), REMOVAL, reason, reference)
+        elif outcome.outcome in (CHANGED, DECLARED):
             found[outcome.nodeid] = Declaration(outcome.nodeid, tuple(sorted(outcome.names)),
                                                 outcome.size or BEHAVIOUR, reason, reference)
     return tuple(sorted(found.values(), key=lambda d: d.case))
@@ -239,12 +248,15 @@ def _entry(entry: object, where: str, index: int, list_line: int | None) -> Decl
     if "::" not in case:
         raise ConfigError(where, f"{case!r} is no case: give its node id as pytest prints it "
                           "(tests/test_x.py::test_y[a])", f"{name}.case", line)
-    if size not in SIZES:
-        raise ConfigError(where, f"{size!r} is no size; give {' or '.join(SIZES)}",
+    if size not in (*SIZES, REMOVAL):
+        raise ConfigError(where, f"{size!r} is no size; give {', '.join(SIZES)} or {REMOVAL}",
                           f"{name}.size", entry.line_of("size") or line)
     outputs = entry["outputs"]
-    if not isinstance(outputs, list) or not outputs or \
-            not all(isinstance(o, str) and o for o in outputs):
+    if size == REMOVAL and outputs != []:
+        raise ConfigError(where, "a removed case has no outputs that may differ: give "
+                          "outputs: []", f"{name}.outputs", entry.line_of("outputs") or line)
+    if size != REMOVAL and (not isinstance(outputs, list) or not outputs or
+                            not all(isinstance(o, str) and o for o in outputs)):
         raise ConfigError(where, "outputs must be a list of the output names that may "
                           "differ, e.g. [\"forward\"]", f"{name}.outputs",
                           entry.line_of("outputs") or line)

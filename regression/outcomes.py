@@ -17,6 +17,9 @@ DECLARED = "declared"
 """Changed within what regression-changes.yaml declares for it: it passes, with its reason."""
 NONDETERMINISTIC = "nondeterministic"
 """Its recordings at the reference differed: skipped, not compared; counted when it occurs."""
+REMOVED = "removed"
+"""Collected at the reference, not here, by unchanged test code: the subject's change removed
+it (a model its library no longer lists). It fails; counted when it occurs."""
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,13 @@ class CaseOutcome:
     names: tuple[str, ...] = ()
     """A changed or declared case: the names of the outputs that differ."""
     size: str = ""
-    """A changed or declared case: rounding-level or behaviour, by the verdict."""
+    """A changed or declared case: rounding-level or behaviour, by the verdict; a declared
+    removal: removed."""
     reason: str = ""
     """A declared case: why it changed, as its declaration says."""
 
     def fails(self, strict: bool) -> bool:
-        """Whether the case does not pass: changed or error, and with --regression-strict
-        also not in reference or nondeterministic."""
-        return self.outcome in (CHANGED, ERROR) or \
+        """Whether the case does not pass: changed, removed or error, and with
+        --regression-strict also not in reference or nondeterministic."""
+        return self.outcome in (CHANGED, REMOVED, ERROR) or \
             (strict and self.outcome in (NEW, NONDETERMINISTIC))

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, NONDETERMINISTIC, \
-    OUTCOMES, CaseOutcome
+    OUTCOMES, REMOVED, CaseOutcome
 
 if TYPE_CHECKING:
     from regression.compare.outputs import Difference
@@ -168,11 +168,11 @@ def github_annotations(reference: str, outcomes: Iterable[CaseOutcome],
 
     lines = []
     for outcome in outcomes:
-        if outcome.outcome not in (CHANGED, DECLARED) or not outcome.path:
+        if outcome.outcome not in (CHANGED, REMOVED, DECLARED) or not outcome.path:
             continue
         declared = outcome.outcome == DECLARED
-        title = f"{outcome.nodeid} {'changed as declared' if declared else 'changed'} " \
-                f"against {reference}"
+        how = "removed" if outcome.outcome == REMOVED or outcome.size == REMOVED else "changed"
+        title = f"{outcome.nodeid} {how}{' as declared' if declared else ''} against {reference}"
         message = "\n".join(outcome.outputs) or outcome.detail
         if declared:
             message = f"{outcome.reason}\n{outcome.size}: {message}"
@@ -196,9 +196,10 @@ def _property(text: str) -> str:
 
 
 def _shown(counts: Counter[str]) -> tuple[str, ...]:
-    """The outcomes a summary counts: the four always, declared and nondeterministic when
-    they occur."""
-    return OUTCOMES + tuple(name for name in (DECLARED, NONDETERMINISTIC) if counts[name])
+    """The outcomes a summary counts: the four always; removed, declared and
+    nondeterministic when they occur."""
+    return OUTCOMES + tuple(name for name in (REMOVED, DECLARED, NONDETERMINISTIC)
+                            if counts[name])
 
 
 def hanging(text: str, indent: str = "    ") -> str:

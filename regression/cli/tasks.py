@@ -30,7 +30,7 @@ from regression.environment.fingerprint import device_details, package_lines
 from regression.environment.harness import extra_harness_files, harness_files
 from regression.repository.gitcmd import ignored_warning
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY
-from regression.outcomes import CHANGED, CaseOutcome
+from regression.outcomes import CHANGED, REMOVED, CaseOutcome
 from regression.report import count, generation_lines
 from regression.selection import Selection, selection, unknown_cases
 from regression.run.api import cache_key, candidate_checkout, check_job, collect, key_code_files, \
@@ -286,7 +286,7 @@ def _accept(chosen: tuple[str | None, list[str] | None], reason: str | None, pru
     outcomes = result.finished.outcomes if result and result.finished else ()
     if prune:
         return _prune(resolved, existing, outcomes, bool(picked))
-    changed = [o for o in outcomes if o.outcome == CHANGED]
+    changed = [o for o in outcomes if o.outcome in (CHANGED, REMOVED)]
     if not changed:
         raise RegressionError(f"nothing to declare: no{' selected' if picked else ''} case "
                               f"differs from the reference {resolved.label}, so {FILE} is "
@@ -299,16 +299,18 @@ def _declared(root: Path, resolved: Reference, changed: Sequence[CaseOutcome],
               outcomes: Sequence[CaseOutcome]) -> int:
     """Say what `invoke accept` declared, and what it could not: 1 where cases failed that
     no declaration may excuse."""
-    print(f"declared {len(changed)} changed {'case' if len(changed) == 1 else 'cases'} "
+    how = "changed or removed" if any(o.outcome == REMOVED for o in changed) else "changed"
+    print(f"declared {len(changed)} {how} {'case' if len(changed) == 1 else 'cases'} "
           f"against {resolved.label} in {FILE}:")
     for outcome in changed:
-        print(f"  {outcome.nodeid} ({outcome.size}: {', '.join(map(repr, outcome.names))})")
+        print(f"  {outcome.nodeid} (removed)" if outcome.outcome == REMOVED else
+              f"  {outcome.nodeid} ({outcome.size}: {', '.join(map(repr, outcome.names))})")
     print(f"commit {FILE} with the change; `invoke test` now passes these cases as declared, "
           "while their change stays within the entry")
     warning = ignored_warning(root, FILE)
     if warning:
         print(warning)
-    others = [o for o in outcomes if o.outcome != CHANGED and o.fails(False)]
+    others = [o for o in outcomes if o.outcome not in (CHANGED, REMOVED) and o.fails(False)]
     if others:
         print(f"not declared: {len(others)} cases failed otherwise (a declaration never "
               f"excuses an error): {', '.join(o.nodeid for o in others[:5])}")

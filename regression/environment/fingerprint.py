@@ -20,11 +20,13 @@ from regression.environment.dependencies import declared as declared_requirement
 from regression.environment.determinism import no_cuda_message
 from regression.errors import DeterminismError
 
-FORMAT_VERSION = "5"
+FORMAT_VERSION = "6"
 """2: each case stores the digests of the helpers its tests used (older entries lack them).
 3: a tensor may be stored as a digest node (older tools would refuse such a record).
 4: the key holds the subject's git objects at the reference, not the reference's commit.
-5: a namedtuple is stored with its type's name and fields (older records hold a tuple)."""
+5: a namedtuple is stored with its type's name and fields (older records hold a tuple).
+6: each test file recorded keeps which cases it collected at the reference (older entries
+   do not, so a case the working tree no longer collects would go unseen)."""
 
 # Environment variables that select kernels or code paths in torch, MKL and oneDNN.
 KERNEL_VARIABLES = (

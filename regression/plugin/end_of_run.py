@@ -15,13 +15,13 @@ from regression.plugin.common import crash_reason
 from regression.plugin.case_accounts import RunFacts, outcome_from
 from regression.plugin.worker_messages import in_worker
 from regression.plugin.state import OUTCOME
-from regression.outcomes import ERROR, CaseOutcome
+from regression.outcomes import DECLARED, ERROR, REMOVED, CaseOutcome
 from regression.report import not_run_lines
 from regression.run.completion import END, START, Completion
 from regression.run.types import CheckResult
 
 if TYPE_CHECKING:
-    from regression.plugin.state import CheckState
+    from regression.plugin.state import CheckState, ReadyReferences
 
 WORKER_KEY = "torch_regression"
 
@@ -104,6 +104,7 @@ class EndOfRun:
             self.finished = True
             return
         self._verify_origins(session)
+        self._judge_removed()
         if self.state.relay.hand_over(WORKER_KEY, self.ledger.data()):
             return
         self._require_all_ran(session)
@@ -128,6 +129,45 @@ class EndOfRun:
         except RegressionError as exc:
             self.ledger.errors.append(str(exc))
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _judge_removed(self) -> None:
+        """Each regression case the reference collected that this run did not, where the
+        test code that decides which cases exist is unchanged: the subject's change removed
+        it, which fails unless regression-changes.yaml declares it. Judged once the
+        recording beside the run (if any) has stored what the reference collected; by the
+        first shard alone, in a run that selected no cases."""
+        references = self.state.references
+        option = self.config.option
+        if references is None or not references.others or self.ledger.collected is None \
+                or option.keyword or option.markexpr or getattr(option, "lf", False) \
+                or (self.job and self.job.selection):
+            return  # cases the user left out (-k, -m, --lf, --case) are not missed
+        from regression.declarations import REMOVAL, by_case
+
+        declared = by_case(self.job.declarations if self.job is not None else ())
+        for nodeid in removed_cases(references, self.ledger.collected, self._partial_files()):
+            file = nodeid.split("::", 1)[0]
+            detail = (f"collected at the reference {references.label}, not here, by the same "
+                      "test code: the subject's change removed it")
+            declaration = declared.get(nodeid)
+            if declaration is not None and declaration.size == REMOVAL:
+                self.ledger.judge(CaseOutcome(nodeid, DECLARED, detail, path=file, line=1,
+                                              size=REMOVAL, reason=declaration.reason))
+            else:
+                self.ledger.judge(CaseOutcome(nodeid, REMOVED, (
+                    f"{detail}. If on purpose, `invoke accept --reason TEXT` declares the "
+                    "removal"), path=file, line=1))
+
+    def _partial_files(self) -> set[str]:
+        """The test files this run collected only in part: named with a case (file::test)."""
+        rootdir, here = self.config.rootpath, self.config.invocation_params.dir
+        found = set()
+        for arg in self.config.args:
+            if "::" in arg:
+                path = (here / arg.split("::", 1)[0]).resolve()
+                if path.is_relative_to(rootdir):
+                    found.add(path.relative_to(rootdir).as_posix())
+        return found
 
     def _require_all_ran(self, session: pytest.Session) -> None:
         """A run fails unless every case it was handed (invoke's, or those plain pytest
@@ -155,7 +195,7 @@ class EndOfRun:
         if failing and session.exitstatus in (pytest.ExitCode.OK,
                                               pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            self.ledger.errors.append(f"{len(failing)} regression cases did not pass, which "
+            self.ledger.errors.append(f"{_cases(len(failing))} did not pass, which "
                                       "pytest's own count does not show: " + _listed(failing))
 
     def _store_durations(self) -> None:
@@ -190,9 +230,38 @@ class EndOfRun:
                                           finished=completion))
 
 
+def removed_cases(references: ReadyReferences, collected: set[str], partial: set[str]
+                  ) -> list[str]:
+    """The regression cases the reference collected (as its recordings stored) and this run
+    did not (`collected`: every test it collected), in the files it collected whole whose
+    harness and helpers are unchanged since: only the subject can have removed those."""
+    from regression.environment.harness import changed_helpers
+    from regression.errors import StoreError
+
+    root = references.suite.reference.settings.root
+    rootdir = references.harness.rootdir
+    files = {nodeid.split("::", 1)[0] for nodeid in collected} - partial
+    known: dict[Path, str] = {}
+    removed = []
+    for file in sorted(files):
+        try:
+            stored = references.entry.collection(file)
+        except StoreError:
+            continue  # untrusted: what it says is not believed; the next recording rewrites it
+        if stored is None or stored.harness != references.harness.of(rootdir / file) \
+                or changed_helpers(root, stored.helpers, known):
+            continue
+        removed += [c for c in stored.cases if c not in references.collected]
+    return removed
+
+
 def _named(outcomes: list[CaseOutcome]) -> list[str]:
     """`OUTCOME nodeid` of each case, for a message."""
     return [f"{o.outcome.upper()} {o.nodeid}" for o in outcomes]
+
+
+def _cases(count: int) -> str:
+    return f"{count} regression case{'' if count == 1 else 's'}"
 
 
 def _listed(cases: list[str]) -> str:
@@ -205,5 +274,5 @@ def _keep_failed(session: pytest.Session, failing: list[str]) -> None:
     if session.exitstatus == pytest.ExitCode.OK and failing:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"torch-regression: the exit status was set to 0 after the run was judged "
-              f"(by a hook?), but {len(failing)} regression cases did not pass: "
+              f"(by a hook?), but {_cases(len(failing))} did not pass: "
               f"{_listed(failing)}", file=sys.stderr, flush=True)

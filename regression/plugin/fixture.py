@@ -164,6 +164,10 @@ class Regression:
             raise ValueError(f"store={store!r}: use store='digest' (keep a digest of each "
                              "tensor), store='values' (keep the values) or leave it out "
                              "(config.yaml's storage.digest_above decides)")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"check(value, name): the name must be text, not "
+                            f"{type(name).__name__}; the value comes first, as in "
+                            "regression.check(model(x), \"logits\")")
         name = str(len(self._names)) if name is None else name
         if name in self._names:
             raise ValueError(f"output name {name!r} is checked twice in this test; "

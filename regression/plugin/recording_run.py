@@ -75,6 +75,8 @@ class RecordingRun:
         self.collect_errors: dict[str, str] = {}
         self.error_reasons: dict[str, str] = {}
         self.collected: set[str] | None = None  # None: this process collected nothing
+        self.collected_cases: set[str] = set()
+        """The regression cases collected (deselected ones too), wanted or not."""
         self.ran: set[str] = set()
         self.test_modules: set[Path] = set()
         self.helpers: dict[str, str] = {}
@@ -120,11 +122,16 @@ class RecordingRun:
         """Why a case that did not run is not in the reference; "" if it was collected."""
         if self.collected is None or nodeid in self.collected:
             return ""
-        path = nodeid.split("::", 1)[0]
+        error = self.collect_error_over(nodeid.split("::", 1)[0])
+        return f"{NOT_COLLECTABLE}{error}" if error else "does not exist at the reference"
+
+    def collect_error_over(self, path: str) -> str:
+        """Why the test file `path`, or a folder above it, failed to collect; "" if neither
+        did."""
         for where, error in self.collect_errors.items():
             if path == where or path.startswith(where.rstrip("/") + "/") or not where:
-                return f"{NOT_COLLECTABLE}{error}"
-        return "does not exist at the reference"
+                return error
+        return ""
 
     def fail(self, error: RegressionError) -> None:
         """Stop the recording with an error the parent raises; a worker's goes to its

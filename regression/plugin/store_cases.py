@@ -14,7 +14,7 @@ from regression.run.handoff import hand_over
 from regression.run.job import RecordJob
 from regression.run.overlap import shared_reason
 from regression.store.cache import Entry
-from regression.store.record import ABSENT, CaseRecord, Output, StagedCase
+from regression.store.record import ABSENT, CaseRecord, Collection, Output, StagedCase
 
 
 class CaseStorer:
@@ -121,7 +121,23 @@ class CaseStorer:
                 entry.commit_case(self.staged.pop(nodeid), run.helpers)
                 recorded.append(nodeid)
             # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
+        if run.worker in ("", "gw0") and not shared:
+            self._store_collections(entry)
         return {"recorded": recorded, "absent": absent, "doubtful": doubtful}
+
+    def _store_collections(self, entry: Entry) -> None:
+        """Which regression cases each test file of a wanted case collected at the
+        reference (one that collected without error): a later check run with the same test
+        code fails a case the working tree no longer collects."""
+        run = self.run
+        harness = {nodeid.split("::", 1)[0]: digest for nodeid, digest in run.cases.items()}
+        by_file: dict[str, list[str]] = {file: [] for file in harness}
+        for nodeid in run.collected_cases:
+            by_file.setdefault(nodeid.split("::", 1)[0], []).append(nodeid)
+        for file, digest in sorted(harness.items()):
+            if not run.collect_error_over(file):
+                entry.save_collection(Collection(file, digest, run.helpers,
+                                                 tuple(sorted(by_file[file]))))
 
     def discard(self) -> None:
         if self.staged:

@@ -37,6 +37,7 @@ class WantedCases:
                                       items: list[pytest.Item]) -> None:
         run = self.run
         run.collected = (run.collected or set()) | {i.nodeid for i in items}
+        run.collected_cases |= {i.nodeid for i in items if uses_fixture(i)}
         run.test_modules |= {i.path for i in items}
         wanted = [i for i in items if i.nodeid in run.cases and uses_fixture(i)
                   and not run.failed]
@@ -50,6 +51,7 @@ class WantedCases:
         """Cases deselected by -k or -m were collected: they exist at the reference."""
         run = self.run
         run.collected = (run.collected or set()) | {i.nodeid for i in items}
+        run.collected_cases |= {i.nodeid for i in items if uses_fixture(i)}
         run.test_modules |= {i.path for i in items}
 
     def pytest_exception_interact(self, node: pytest.Item | pytest.Collector,

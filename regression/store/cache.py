@@ -13,12 +13,13 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from regression.errors import CacheError, CacheWriteError, StoreError
 from regression.environment.fingerprint import FORMAT_VERSION, differing_parts, key_of
-from regression.store.cachedir import (CASES, ENTRY_FILE, LAST_USED, EntryLock, ensure_cache_root,
+from regression.store.cachedir import (CASES, COLLECTIONS, ENTRY_FILE, LAST_USED, EntryLock, ensure_cache_root,
                                        lock_path, remove_folder, with_fix)
 from regression.store.files import Layout, Stamp, dump_verified, load_verified, stamp_of, \
-    verified_layout, write_atomic
-from regression.store.record import (TENSOR_FILE, CaseRecord, Output, StagedCase, StoredHarness,
-                                     case_id, checked_body, checked_fields)
+    verified_layout, write_atomic, write_error
+from regression.store.record import (TENSOR_FILE, CaseRecord, Collection, Output, StagedCase,
+                                     StoredHarness, case_id, checked_body, checked_fields,
+                                     collection_from)
 
 FORMAT = int(FORMAT_VERSION)
 _NO_FOLLOW_OR_BLOCK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -176,6 +177,15 @@ class Entry:
                 self.valid_harness(nodeid)
             except CacheError as exc:
                 problems.append(str(exc))
+        folder = self.directory / COLLECTIONS
+        for path in [] if folder.is_symlink() else sorted(folder.glob("*.json")):
+            try:
+                file = str(load_verified(path).get("file"))
+                if path.name != f"{case_id(file)}.json":
+                    raise StoreError(f"{path} holds the cases of {file!r}, another file's name")
+                self.collection(file)
+            except CacheError as exc:
+                problems.append(str(exc))
         return problems
 
     def create(self) -> None:
@@ -280,6 +290,34 @@ class Entry:
             with suppress(OSError):  # an orphan tensor file is never read
                 (self.cases / old).unlink(missing_ok=True)
         self._tensor_index[cid] = {tensor_file} if tensor_file else set()
+
+    def save_collection(self, collection: Collection) -> None:
+        """Store which regression cases a test file collected at the reference (atomic)."""
+        folder = self.directory / COLLECTIONS
+        body = {"format": FORMAT, "file": collection.file, "environment": self.key,
+                "harness": collection.harness, "helpers": dict(collection.helpers),
+                "cases": sorted(collection.cases)}
+        self.require_own_folders()
+        if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
+            raise CacheError(f"{folder} is not a folder the cache made; the cache never "
+                             "writes through a link")
+        try:
+            try:
+                folder.mkdir(exist_ok=True)
+            except OSError as exc:
+                raise write_error(folder, exc, "create") from None
+            write_atomic(folder / f"{case_id(collection.file)}.json", dump_verified(body))
+        except CacheWriteError as exc:
+            raise with_fix(exc, f"cannot store the cases of {collection.file}") from None
+
+    def collection(self, file: str) -> Collection | None:
+        """The regression cases `file` collected at the reference, as last recorded; None
+        when none is stored; StoreError when what is stored cannot be trusted."""
+        folder = self.directory / COLLECTIONS
+        path = folder / f"{case_id(file)}.json"
+        if folder.is_symlink() or not os.path.lexists(path):
+            return None
+        return collection_from(load_verified(path), file, self.key, str(path))
 
     def _tensor_files(self, cid: str) -> set[str]:
         """The tensor files of a case in the cases folder, from one listing per entry and

@@ -16,6 +16,7 @@ from regression.store.files import write_atomic, write_error
 ENTRY_FILE = "entry.json"
 LAST_USED = "last-used"
 CASES = "cases"
+COLLECTIONS = "collections"
 GITIGNORE = b"# Created by torch-regression.\n*\n"
 _FIXES = {
     NoSpaceError: "free space (`invoke cache.prune --max-size 2G` removes the least recently "
@@ -109,8 +110,9 @@ def stranger(directory: Path) -> str:
     A removal unlinks the identity file first, and a creation writes it first into the new
     folder, so one cut short (kill -9) leaves a folder without entry.json that holds only
     regular files named as the cache names them: last-used, cases/, and in it case records,
-    tensor files and their temporary files. Anything else, or an identity file, and the
-    folder is not provably a leftover: prune and clear leave it alone.
+    tensor files and their temporary files, collections/ and its records. Anything else,
+    or an identity file, and the folder is not provably a leftover: prune and clear leave
+    it alone.
     """
     if directory.is_symlink() or not directory.is_dir():
         return f"{directory} itself, which is not a folder"
@@ -125,7 +127,7 @@ def stranger(directory: Path) -> str:
 def _first_stranger(directory: Path) -> str:
     """The first thing in an entry folder that the cache never writes, in words; "" if none."""
     for path in sorted(directory.iterdir()):
-        if path.name == CASES and not path.is_symlink() and path.is_dir():
+        if path.name in (CASES, COLLECTIONS) and not path.is_symlink() and path.is_dir():
             inside = (p for p in sorted(path.iterdir())
                       if not (_CASE_NAMES.fullmatch(p.name) and _is_plain_file(p)))
             found = next(inside, None)

@@ -60,6 +60,34 @@ class StoredHarness:
     helpers: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class Collection:
+    """The regression cases one test file collected at the reference, and the test code that
+    decided which (its harness digest and helpers'): while that code is unchanged, the
+    working tree must collect each of them too, or the subject's change removed it."""
+
+    file: str
+    """The test file, as node ids begin (relative to the rootdir)."""
+    harness: str
+    helpers: Mapping[str, str]
+    cases: tuple[str, ...]
+
+
+def collection_from(body: dict[str, Any], file: str, environment: str, where: str
+                    ) -> Collection:
+    """A stored collection's body, checked; StoreError when it cannot be trusted."""
+    cases, helpers = body.get("cases"), body.get("helpers")
+    if body.get("file") != file or body.get("environment") != environment:
+        raise StoreError(f"{where} belongs to another test file or environment")
+    if not isinstance(body.get("harness"), str) or not isinstance(cases, list) \
+            or not all(isinstance(c, str) and c.startswith(f"{file}::") for c in cases) \
+            or not isinstance(helpers, dict) \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in helpers.items()):
+        raise StoreError(f"{where} is malformed: it must hold the file's harness digest, its "
+                         "helpers and its cases' node ids")
+    return Collection(file, body["harness"], dict(helpers), tuple(cases))
+
+
 def case_id(nodeid: str) -> str:
     """The file-name-safe identity of a test case."""
     return xxhash.xxh3_64_hexdigest(nodeid.encode())

@@ -157,8 +157,8 @@ def test_a_malformed_declaration_is_refused_before_anything_runs(tmp_path: Path)
         """)
     done = repo.invoke("test")
     assert done.returncode == 2, output(done)
-    assert f"{FILE}:4: changes[0].size: 'large' is no size; give rounding-level or " \
-        "behaviour" in done.stderr
+    assert f"{FILE}:4: changes[0].size: 'large' is no size; give rounding-level, " \
+        "behaviour or removed" in done.stderr
     assert not (tmp_path / "cache").exists()  # refused before any recording
 
 

@@ -7,12 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 # Imported before any in-process run: pytester removes the modules a run imported, and
 # torch (a C extension) cannot be imported twice in one process.
 import regression.plugin.fixture  # noqa: F401 - torch, safetensors, the store
 import regression.references.beside  # noqa: F401 - the cache, the recording
 import regression.references.needed  # noqa: F401 - the check run's recorder
-from helpers import CONFIG, SUBJECT, Repo, make_subject_repo, output
+from helpers import CONFIG, SUBJECT, TASKS, Repo, init_repo, make_subject_repo, output
+
+from regression.declarations import FILE
 
 pytest_plugins = ["pytester"]
 
@@ -505,7 +508,7 @@ def test_module_skipped_at_collection_is_an_error_for_its_recorded_cases(
     assert "ERROR tests/test_adv_module.py::test_module: skipped as tests/test_adv_module.py " \
            "was collected, but the reference" in text
     assert "could not import 'no_such_module_here'" in text
-    assert "1 regression cases did not pass, which pytest's own count does not show" in text
+    assert "1 regression case did not pass, which pytest's own count does not show" in text
 
 
 def test_a_conftest_regression_fixture_is_not_a_pass(plain: pytest.Pytester) -> None:
@@ -520,7 +523,7 @@ def test_a_hook_that_launders_reports_does_not_pass_a_change(plain: pytest.Pytes
     assert code == 1, text
     assert "2 passed" in text  # what the laundered report says; the run still fails
     assert "CHANGED tests/test_subj.py::test_forward" in text
-    assert "regression cases did not pass, which pytest's own count does not show: " \
+    assert "regression case did not pass, which pytest's own count does not show: " \
            "CHANGED tests/test_subj.py::test_forward" in text
 
 
@@ -625,3 +628,91 @@ def test_plain_pytest_with_its_exit_status_reset_to_0_does_not_pass(
     assert code == 1, text
     assert "the exit status was set to 0 after the run was judged (by a hook?), but 2 " \
            "regression cases did not pass: CHANGED tests/test_end.py::test_ends" in text
+
+
+LISTED_SUBJECT = """\
+import torch
+
+MODELS = {models}
+
+
+def forward(name: str, x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * (1 + MODELS.index(name))
+"""
+
+LISTED_TESTS = """\
+import pytest
+import subj
+{extra}
+
+@pytest.mark.parametrize("name", subj.MODELS)
+def test_model(regression, name):
+    regression.check(subj.forward(name, regression.randn(2, 4)), name="out")
+"""
+
+
+def listed_repo(tmp_path: Path) -> Repo:
+    """A library whose tests are parametrized over the models it lists (the README's
+    pattern): a, b and c at the reference (v1); the working tree lists a and b."""
+    repo = init_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b", "c"]'))
+    repo.write("tests/test_models.py", LISTED_TESTS.format(extra=""))
+    repo.write("tests/listing.py", "SKIP = ()\n")
+    repo.write("tasks.py", TASKS)
+    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
+    repo.commit("v1")
+    repo.git("tag", "v1")
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b"]'))
+    return repo
+
+
+REMOVED_C = "REMOVED tests/test_models.py::test_model[c]"
+
+
+@pytest.mark.slow  # seven runs of one history
+def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path) -> None:
+    """The subject stops listing a model its tests are parametrized over: the case the
+    reference collected is reported, recorded beside the check (cold) or not (warm), by the
+    first shard alone, not when the user selected cases, and passes once declared."""
+    repo = listed_repo(tmp_path)
+    for run in ("cold", "warm"):
+        done = repo.invoke("test")
+        text = output(done)
+        assert done.returncode == 1, (run, text)
+        assert f"{REMOVED_C}: collected at the reference" in text, (run, text)
+        assert "2 identical" in text and "1 removed" in text, (run, text)
+    selected = repo.invoke("test", "-k", "a")
+    assert selected.returncode == 0 and "REMOVED" not in output(selected), output(selected)
+    second, first = repo.invoke("test", "--shard", "2/2"), repo.invoke("test", "--shard", "1/2")
+    assert second.returncode == 0 and "REMOVED" not in output(second), output(second)
+    assert first.returncode == 1 and REMOVED_C in output(first), output(first)
+    accepted = repo.invoke("accept", "--reason", "c is retired")
+    assert accepted.returncode == 0, output(accepted)
+    entry = yaml.safe_load((repo.path / FILE).read_text())["changes"]
+    assert [(e["case"], e["size"], e["outputs"]) for e in entry] == [
+        ("tests/test_models.py::test_model[c]", "removed", [])]
+    declared = repo.invoke("test")
+    assert declared.returncode == 0, output(declared)
+    assert "DECLARED tests/test_models.py::test_model[c]: c is retired" in output(declared)
+
+
+def test_a_case_the_test_code_no_longer_makes_is_no_removal(tmp_path: Path) -> None:
+    """Cases the test code stops making on purpose (an edited test file, a helper it
+    imports) are no removal: the reference's collection is taken with that code."""
+    repo = listed_repo(tmp_path)
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b", "c"]'))
+    assert repo.invoke("test").returncode == 0  # records a, b and c
+    repo.write("tests/listing.py", 'SKIP = ("c",)\n')
+    repo.write("tests/test_models.py", LISTED_TESTS.format(extra="import listing").replace(
+        "subj.MODELS)", "[m for m in subj.MODELS if m not in listing.SKIP])"))
+    by_test_file = repo.invoke("test")
+    assert by_test_file.returncode == 0 and "REMOVED" not in output(by_test_file), \
+        output(by_test_file)
+    repo.write("tests/listing.py", 'SKIP = ("b", "c")\n')  # the helper, not the test file
+    by_helper = repo.invoke("test")
+    assert by_helper.returncode == 0 and "REMOVED" not in output(by_helper), output(by_helper)
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["b", "c", "d"]'))
+    by_subject = repo.invoke("test")  # the subject again: a is gone
+    assert by_subject.returncode == 1, output(by_subject)
+    assert "REMOVED tests/test_models.py::test_model[a]" in output(by_subject)

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from regression.store.cache import Entry
-from regression.store.record import ABSENT, RECORDED, CaseRecord, Output, StoredHarness, case_id
+from regression.store.record import ABSENT, RECORDED, CaseRecord, Collection, Output, StoredHarness, \
+    case_id
 from regression.store.cachedir import GITIGNORE, ensure_cache_root
 from regression.compare.outputs import compare
 from regression.errors import CacheError, NoSpaceError, ReadOnlyError, StoreError
@@ -912,3 +913,42 @@ def test_a_case_to_record_again_lets_go_of_its_kept_bytes(entry: Entry) -> None:
     nothing_kept = Entry(entry.directory.parent, PARTS)  # gen, a worker: no budget
     nothing_kept.valid_harness(nodeid)
     assert not nothing_kept._kept
+
+
+FILE = "tests/test_model.py"
+COLLECTION = Collection(FILE, "h1", {"tests/util.py": "d1"}, (NODEID, f"{FILE}::test_b"))
+
+
+def test_a_collection_round_trips_and_none_is_stored_at_first(entry: Entry) -> None:
+    assert entry.collection(FILE) is None
+    entry.save_collection(COLLECTION)
+    assert entry.collection(FILE) == replace(COLLECTION, cases=tuple(sorted(COLLECTION.cases)))
+    assert entry.collection("tests/test_other.py") is None
+    assert entry.faults() == []
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"file": "tests/test_other.py"}, "belongs to another test file or environment"),
+    ({"environment": "0" * 16}, "belongs to another test file or environment"),
+    ({"cases": ["tests/test_other.py::test_a"]}, "is malformed"),  # another file's case
+    ({"cases": "tests/test_model.py::test_a"}, "is malformed"),
+    ({"helpers": {"tests/util.py": 1}}, "is malformed"),
+    ({"harness": None}, "is malformed"),
+])
+def test_a_collection_that_cannot_be_trusted_is_a_store_error_and_a_fault(
+        entry: Entry, change: dict[str, object], words: str) -> None:
+    entry.save_collection(COLLECTION)
+    (path,) = (entry.directory / "collections").iterdir()
+    write_atomic(path, dump_verified({**load_verified(path), **change}))
+    with pytest.raises(StoreError, match=words):
+        entry.collection(FILE)
+    assert len(entry.faults()) == 1
+
+
+def test_a_collection_is_never_written_through_a_link(entry: Entry, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (entry.directory / "collections").symlink_to(elsewhere)
+    with pytest.raises(CacheError, match="never writes through a link"):
+        entry.save_collection(COLLECTION)
+    assert list(elsewhere.iterdir()) == [] and entry.collection(FILE) is None

@@ -3,14 +3,15 @@ declared changes of regression-changes.yaml, row by row."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from regression.declarations import BEHAVIOUR, FILE, ROUNDING, Declaration, accepted, parse, \
-    pruned, read, render, size_of, stale, uncovered, unknown, write
+from regression.declarations import BEHAVIOUR, FILE, REMOVAL, ROUNDING, Declaration, accepted, \
+    parse, pruned, read, render, size_of, stale, uncovered, unknown, write
 from regression.errors import ConfigError
-from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, CaseOutcome
+from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, REMOVED, CaseOutcome
 
 CASE = "tests/test_m.py::test_a[x]"
 OTHER = "tests/test_m.py::test_b"
@@ -30,6 +31,12 @@ def declared(case: str = CASE, size: str = ROUNDING, outputs: tuple[str, ...] = 
 
 def test_an_entry_is_read_with_its_line() -> None:
     assert parse("changes:\n" + entry()) == (declared(),)
+
+
+def test_a_removal_is_declared_with_no_outputs_and_survives_the_round_trip() -> None:
+    removal = declared(OTHER, REMOVAL, ())
+    assert parse("changes:\n" + entry(OTHER, REMOVAL, "[]")) == (removal,)
+    assert parse(render([removal])) == (replace(removal, line=7),)  # after the header
 
 
 def test_render_then_parse_gives_the_declarations_back_sorted_with_their_lines() -> None:
@@ -74,8 +81,10 @@ def test_write_then_read_and_the_last_entry_gone_removes_the_file(tmp_path: Path
     ("changes:\n" + entry(extra="    colour: red\n"), 7, "unknown key 'colour'"),
     ("changes:\n  - case: \"" + CASE + "\"\n    size: behaviour\n", 2,
      "the entry lacks outputs, reason, reference"),
-    ("changes:\n" + entry(size="large"), 4, "'large' is no size; give rounding-level or "
-                                            "behaviour"),
+    ("changes:\n" + entry(size="large"), 4, "'large' is no size; give rounding-level, "
+                                            "behaviour or removed"),
+    ("changes:\n" + entry(size="removed"), 3, "a removed case has no outputs that may "
+                                              "differ: give outputs: []"),
     ("changes:\n" + entry(case="test_a"), 2, "'test_a' is no case"),
     ("changes:\n" + entry(outputs="[]"), 3, "outputs must be a list of the output names"),
     ("changes:\n" + entry(reason='""'), 5, "reason must be non-empty text"),
@@ -113,6 +122,12 @@ def test_a_declaration_covers_its_outputs_up_to_its_size(
     assert uncovered(declared(size=declared_size), outputs, size) == why
 
 
+@pytest.mark.parametrize("size", [ROUNDING, BEHAVIOUR])
+def test_a_declared_removal_covers_no_change_of_a_case_still_collected(size: str) -> None:
+    assert uncovered(declared(size=REMOVAL, outputs=()), ["out"], size) == (
+        f"declared removed in {FILE} (line 2), but it is collected and its outputs differ")
+
+
 def test_only_a_case_judged_identical_here_makes_its_declaration_stale() -> None:
     declarations = [declared(), declared(OTHER), declared("tests/test_m.py::test_c")]
     outcomes = [CaseOutcome(CASE, IDENTICAL), CaseOutcome(OTHER, DECLARED)]
@@ -130,6 +145,10 @@ def test_a_declaration_is_unknown_when_its_file_is_gone_or_collected_without_it(
     assert found == [gone]
     found = unknown([declared(), gone, renamed], {CASE}, {"tests/test_m.py"}, tmp_path)
     assert found == [gone, renamed]
+    removal = declared("tests/test_m.py::test_removed", REMOVAL, ())  # the run judges it
+    gone_removal = declared("tests/test_gone.py::test_a", REMOVAL, ())
+    found = unknown([removal, gone_removal], {CASE}, {"tests/test_m.py"}, tmp_path)
+    assert found == [gone_removal]
 
 
 def test_accept_declares_each_changed_case_and_keeps_the_others() -> None:
@@ -138,6 +157,12 @@ def test_accept_declares_each_changed_case_and_keeps_the_others() -> None:
                 CaseOutcome("tests/test_m.py::test_c", ERROR, "boom")]
     assert accepted([kept], outcomes, "new", "f" * 40) == (
         Declaration(CASE, ("a", "b"), ROUNDING, "new", "f" * 40), kept)
+
+
+def test_accept_declares_a_removed_case_as_a_removal_with_no_outputs() -> None:
+    outcomes = [CaseOutcome(CASE, REMOVED, "collected at the reference, not here")]
+    assert accepted([], outcomes, "retired", SHA) == (
+        Declaration(CASE, (), REMOVAL, "retired", SHA),)
 
 
 def test_accept_declares_a_declared_case_again_with_what_it_shows_now() -> None:

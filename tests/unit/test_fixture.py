@@ -143,6 +143,16 @@ def test_check_refuses_a_duplicate_name() -> None:
     assert len(sink.outputs) == 1
 
 
+@pytest.mark.parametrize("name", [torch.ones(2), 3, ("a",), b"logits"])
+def test_check_refuses_a_name_that_is_no_text(name: object) -> None:
+    """The arguments swapped (`check("logits", model(x))`) or a name of another type: a
+    clear error at the call, not a failure to store the record at the end of the run."""
+    case, sink = make()
+    with pytest.raises(TypeError, match="the name must be text, not .*the value comes first"):
+        case.check("logits", name=name)  # type: ignore[arg-type]
+    assert sink.outputs == []
+
+
 def test_check_refuses_an_unstorable_value() -> None:
     case, sink = make()
     with pytest.raises(StoreError, match=r"at \[1\]"):

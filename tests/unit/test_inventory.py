@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from regression.store.cache import Entry
-from regression.store.record import CaseRecord, Output
+from regression.store.record import CaseRecord, Collection, Output
 from regression.errors import ReadOnlyError, RegressionError
 from regression.store.inventory import (
     EntryInfo,
@@ -49,12 +49,15 @@ def code(sha: str) -> str:
 
 def make_entry(cache_dir: Path, used: float | None = None, made_by: str = "",
                reference: str = REFERENCE, **changes: str) -> Entry:
-    """An entry holding one case with a tensor, made at the commit `reference` (whose
-    subject code differs from every other's), last used at `used` when given."""
+    """An entry holding one case with a tensor and its file's collection, made at the
+    commit `reference` (whose subject code differs from every other's), last used at `used`
+    when given."""
     entry = Entry(cache_dir, {**PARTS, "subject code": code(reference), **changes},
                   made_by=made_by, reference=reference)
     entry.create()
     entry.save_case(CaseRecord(NODEID, "h", outputs=(Output("y", torch.arange(4.0)),)))
+    file = NODEID.split("::")[0]
+    entry.save_collection(Collection(file, "h", {}, (NODEID,)))
     if used is not None:
         entry.touch()
         os.utime(entry.directory / "last-used", (used, used))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from regression.compare.outputs import Difference
 from regression.declarations import Declaration
 from regression.outcomes import CHANGED, DECLARED, ERROR, IDENTICAL, NEW, NONDETERMINISTIC, \
-    CaseOutcome
+    REMOVED, CaseOutcome
 from regression.report import (
     github_annotations,
     markdown_summary,
@@ -128,6 +130,23 @@ def test_each_changed_case_is_one_error_annotation_on_its_line_escaped() -> None
         "::error file=tests/test_m.py,line=12,"
         "title=tests/test_m.py%3A%3Atest_f[a%2Cb] changed against abc (v1)::"
         "'x': float32[2]: 1 of 2 elements differ; 100%25: all%0A'y'[0]: 3, reference 4"]
+
+
+def test_a_removed_case_is_counted_listed_and_an_error_annotation_on_its_file() -> None:
+    removed = CaseOutcome("t.py::test_m[c]", REMOVED, "collected at the reference, not here",
+                          path="t.py", line=1)
+    declared = replace(removed, outcome=DECLARED, size=REMOVED, reason="c retired")
+    lines = summary_lines("r", [CaseOutcome("t.py::a", IDENTICAL), removed])
+    assert lines[0] == ("reference r: 2 cases: 1 identical, 0 changed, 0 not in reference, "
+                        "0 errors, 1 removed")
+    assert lines[1:] == ["REMOVED t.py::test_m[c]: collected at the reference, not here"]
+    assert "| removed | 1 |" in markdown_summary("r", [removed])
+    assert github_annotations("v1", [removed, declared]) == [
+        "::error file=t.py,line=1,title=t.py%3A%3Atest_m[c] removed against v1::"
+        "collected at the reference, not here",
+        "::notice file=t.py,line=1,title=t.py%3A%3Atest_m[c] removed as declared against "
+        "v1::c retired%0Aremoved: collected at the reference, not here"]
+    assert removed.fails(strict=False) and not declared.fails(strict=True)
 
 
 def test_nondeterministic_cases_are_counted_and_listed_only_when_there_are_some() -> None:
