@@ -210,6 +210,66 @@ def distributions_of(packages: Iterable[str], project: str = "") -> Iterator[str
             yield found.metadata["Name"] or name
 
 
+SOURCE_SUFFIXES = (".py", ".pyi", ".so", ".pyd", ".dylib")
+"""The files of an editable install whose bytes are in the key: code, not data."""
+
+
+def installed_code(found: metadata.Distribution) -> str:
+    """What, besides its version, names the code an installed distribution holds: for an
+    editable install, the digest of the code files in its source folder (it changes under
+    one version as it is edited); else the digest of the files pip installed, as its RECORD
+    hashes them (a package rebuilt locally under its old version differs there); "" when
+    neither can be read. Installer details (INSTALLER, direct_url.json) are left out."""
+    from regression.environment.fingerprint import content_hasher, file_digest
+
+    source = editable_source(found)
+    hasher = content_hasher()
+    if source is not None:
+        files = sorted(code_files(source))
+        for path in files:
+            hasher.update(f"{path.relative_to(source).as_posix()}\0{file_digest(path)}\n"
+                          .encode())
+        return f"editable, {len(files)} files {hasher.hexdigest()[:16]}"  # not where: CI's differs
+    record = found.read_text("RECORD") or ""
+    hashed = sorted(line for line in record.splitlines()
+                    if line.count(",") >= 2 and line.rsplit(",", 2)[1]
+                    and ".dist-info/" not in line.split(",", 1)[0])
+    if not hashed:
+        return ""
+    hasher.update("\n".join(hashed).encode())
+    return f"files {hasher.hexdigest()[:16]}"
+
+
+def editable_source(found: metadata.Distribution) -> Path | None:
+    """The source folder of an editable install (`pip install -e`), as its direct_url.json
+    names it; None for any other install."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    try:
+        data = json.loads(found.read_text("direct_url.json") or "{}")
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("dir_info"), dict) \
+            or not data["dir_info"].get("editable") or not isinstance(data.get("url"), str):
+        return None
+    url = urlparse(data["url"])
+    folder = Path(unquote(url.path)) if url.scheme == "file" else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
+def code_files(folder: Path) -> Iterator[Path]:
+    """The code files under `folder` (SOURCE_SUFFIXES), hidden folders, caches, virtual
+    environments and build folders left out."""
+    import os
+
+    for where, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__"))
+                         and d not in ("build", "dist", "node_modules")
+                         and not (Path(where) / d / "pyvenv.cfg").exists())
+        yield from (Path(where) / f for f in sorted(files) if f.endswith(SOURCE_SUFFIXES))
+
+
 def _provides(found: metadata.Distribution, packages: set[str]) -> bool:
     """Whether an installed distribution holds one of these import packages: its
     top_level.txt, else its RECORD, else its name, says so."""

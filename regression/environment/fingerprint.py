@@ -15,7 +15,7 @@ import xxhash
 
 from regression.config.settings import Settings
 from regression.environment.dependencies import Requirement, distribution_requirements, distributions_of, \
-    file_requirements, normalized, project_name
+    file_requirements, installed_code, normalized, project_name
 from regression.environment.dependencies import declared as declared_requirements
 from regression.environment.determinism import no_cuda_message
 from regression.errors import DeterminismError
@@ -204,12 +204,16 @@ def packages_in(parts: Mapping[str, str]) -> list[str]:
 
 
 def _package_versions(names: Iterable[str]) -> str:
+    """Each package's installed version, and what names its code (installed_code)."""
     versions = []
     for name in names:
         try:
-            versions.append(f"{name} {metadata.version(name)}")
+            found = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             versions.append(f"{name} <not installed>")
+            continue
+        code = installed_code(found)
+        versions.append(f"{name} {found.version}" + (f" ({code})" if code else ""))
     return "; ".join(versions) or "none"
 
 

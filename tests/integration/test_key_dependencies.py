@@ -8,6 +8,8 @@ own, and put on the path in turn.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -49,7 +51,8 @@ def _keys_by_version(settings_path: Path, releases: dict[str, Path],
     for version, folder in releases.items():
         monkeypatch.syspath_prepend(str(folder))
         parts = environment_parts(settings, "a" * 40)
-        assert parts["packages"] in (f"tabulate {version}", "none")
+        assert parts["packages"] == "none" or \
+            parts["packages"].startswith(f"tabulate {version} (files ")
         keys[version] = key_of(parts)
     return keys
 
@@ -66,7 +69,7 @@ def test_upgrading_a_dependency_the_subject_declares_changes_the_key(
                                env={"PYTHONPATH": str(tabulate_releases[OLD])})
     assert done.returncode == 0, output(done)
     explained = done.stdout
-    assert f"packages: tabulate {OLD}\n" in explained
+    assert f"packages: tabulate {OLD} (files " in explained
     assert "  tabulate: declared by pyproject.toml\n" in explained
     assert "  the subject's dependencies: read from subj's pyproject.toml/setup.cfg (it is " \
            "not installed)\n" in explained
@@ -97,6 +100,47 @@ def test_an_excluded_dependency_is_not_in_the_key(
     config.write_text(config.read_text() + "fingerprint:\n  exclude_packages: [tabulate]\n")
     keys = _keys_by_version(config, tabulate_releases, monkeypatch)
     assert keys[OLD] == keys[NEW]
+
+
+EDITABLE_SUBJECT = """\
+import torch
+import zoohelp
+
+SCALE = 1.0  # the plain test asks for it
+
+
+def forward(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * zoohelp.SCALE
+"""
+
+
+def test_an_editable_dependency_edited_under_one_version_is_recorded_again(
+        subject_repo: Repo, tmp_path: Path) -> None:
+    """A dependency installed editable (its dist-info as pip writes it, direct_url.json
+    naming its source folder) is edited without a new version: the key changes, so the
+    reference is recorded again with its new code, never compared with what its old code
+    gave (which would blame the subject for the dependency's change)."""
+    source, site = tmp_path / "zoohelp-src", tmp_path / "site"
+    (source / "zoohelp").mkdir(parents=True)
+    (source / "zoohelp/__init__.py").write_text("SCALE = 1.0\n")
+    info = site / "zoohelp-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zoohelp\nVersion: 1.0\n")
+    (info / "RECORD").write_text("__editable__.zoohelp-1.0.pth,sha256=AAAA,20\n"
+                                 "zoohelp-1.0.dist-info/RECORD,,\n")
+    (info / "direct_url.json").write_text(json.dumps(
+        {"url": source.as_uri(), "dir_info": {"editable": True}}))
+    subject_repo.write("pyproject.toml", installable_pyproject("subj", ".").replace(
+        'version = "1.0"\n', 'version = "1.0"\ndependencies = ["zoohelp"]\n'))
+    subject_repo.write("subj/__init__.py", EDITABLE_SUBJECT)
+    subject_repo.commit("subj needs zoohelp")
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{source}"}
+    first = subject_repo.invoke("test", "--reference", "HEAD", env=env, process=True)
+    assert first.returncode == 0, output(first)
+    (source / "zoohelp/__init__.py").write_text("SCALE = 2.0\n")  # still zoohelp 1.0
+    again = subject_repo.invoke("test", "--reference", "HEAD", env=env, process=True)
+    assert again.returncode == 0, output(again)
+    assert "recording 1 of 1 cases" in output(again) and "CHANGED" not in output(again)
 
 
 # The key covers the test code: the test modules, the helpers they import (also a test module

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from regression.environment.dependencies import Requirement, declared, file_requirements, \
+from regression.environment.dependencies import Requirement, declared, file_requirements, installed_code, \
     is_runtime, parse, project_name
 
 PYPROJECT = """\
@@ -131,3 +133,60 @@ def test_runtime_requirements_leave_out_development_files(tmp_path: Path) -> Non
     assert [(r.name, r.source) for r in file_requirements(tmp_path, runtime_only=True)] == [
         ("numpy", "requirements.txt"), ("huggingface-hub", "requirements.txt"),
         ("einops", "requirements/base.txt")]
+
+
+def installed(tmp_path: Path, record: str, direct_url: str | None = None
+              ) -> metadata.PathDistribution:
+    """A distribution as pip leaves it in site-packages: its dist-info folder."""
+    info = tmp_path / "site" / "lib-1.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lib\nVersion: 1.0\n")
+    (info / "RECORD").write_text(record)
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(direct_url)
+    return metadata.PathDistribution(info)
+
+
+RECORD = """\
+lib/__init__.py,sha256=AAAA,10
+lib/__pycache__/__init__.cpython-311.pyc,,
+lib-1.0.dist-info/INSTALLER,sha256=pip0,4
+lib-1.0.dist-info/RECORD,,
+"""
+
+
+def test_installed_code_is_the_digest_of_the_files_pip_hashed_not_of_the_installer(
+        tmp_path: Path) -> None:
+    found = installed_code(installed(tmp_path / "a", RECORD))
+    assert found.startswith("files ")
+    by_uv = RECORD.replace("sha256=pip0,4", "sha256=uv00,3")  # another installer: same code
+    assert installed_code(installed(tmp_path / "b", by_uv)) == found
+    rebuilt = RECORD.replace("sha256=AAAA", "sha256=BBBB")  # same version, other bytes
+    assert installed_code(installed(tmp_path / "c", rebuilt)) != found
+    assert installed_code(installed(tmp_path / "d", "lib-1.0.dist-info/RECORD,,\n")) == ""
+
+
+def test_an_editable_install_is_named_by_its_source_code_files(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "lib").mkdir(parents=True)
+    (source / "lib/__init__.py").write_text("SCALE = 1\n")
+    (source / ".venv").mkdir()
+    (source / ".venv/pyvenv.cfg").write_text("")
+    url = json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}})
+    found = installed(tmp_path, "", url)
+    before = installed_code(found)
+    assert before.startswith("editable, 1 files ") and str(source) not in before
+    (source / "notes.txt").write_text("not code")
+    (source / ".venv/ignored.py").write_text("x = 1\n")
+    assert installed_code(found) == before
+    (source / "lib/__init__.py").write_text("SCALE = 2\n")  # edited under one version
+    assert installed_code(found) != before
+
+
+@pytest.mark.parametrize("direct_url", [
+    "{not json", json.dumps({"url": "https://example.org/lib.whl", "archive_info": {}}),
+    json.dumps({"url": "file:///no/such/folder", "dir_info": {"editable": True}})])
+def test_a_direct_url_that_names_no_editable_folder_falls_back_to_the_record(
+        tmp_path: Path, direct_url: str) -> None:
+    found = installed(tmp_path, RECORD, direct_url)
+    assert installed_code(found) == installed_code(installed(tmp_path / "plain", RECORD))

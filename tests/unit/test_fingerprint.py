@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from regression.config.settings import Determinism, Settings
+from regression.environment.dependencies import installed_code
 from regression.environment.fingerprint import (
     KERNEL_VARIABLES,
     _math_libraries,
@@ -72,12 +73,22 @@ def test_environment_parts_reflect_the_settings(tmp_path: Path) -> None:
     assert parts["determinism"] == "seed=5 deterministic_algorithms=False tf32=off"
 
 
+def _pytest_part() -> str:
+    """pytest as the packages part names it: its version and installed files' digest."""
+    from importlib.metadata import distribution
+
+    found = distribution("pytest")
+    assert installed_code(found).startswith("files ")
+    return f"pytest {found.version} ({installed_code(found)})"
+
+
+PYTEST_PART = _pytest_part()
+
+
 def test_packages_part_lists_versions_and_missing_packages(tmp_path: Path) -> None:
     parts = environment_parts(settings(tmp_path, fingerprint_packages=(
         "pytest", "no_such_package_xyz")), "a")
-    from importlib.metadata import version
-
-    assert parts["packages"] == f"no-such-package-xyz <not installed>; pytest {version('pytest')}"
+    assert parts["packages"] == f"no-such-package-xyz <not installed>; {PYTEST_PART}"
     assert environment_parts(settings(tmp_path), "a")["packages"] == "none"
 
 
@@ -239,8 +250,6 @@ extra = ["tabulate"]
 
 
 def test_the_key_holds_the_subject_s_declared_dependencies(tmp_path: Path) -> None:
-    from importlib.metadata import version
-
     from regression.environment.fingerprint import key_packages, package_lines
 
     (tmp_path / "pyproject.toml").write_text(SUBJECT_PYPROJECT)
@@ -249,7 +258,7 @@ def test_the_key_holds_the_subject_s_declared_dependencies(tmp_path: Path) -> No
         ("not-installed-xyz", "declared by pyproject.toml"),
         ("pytest", "declared by pyproject.toml")]  # not torch (its own part), not extras
     parts = environment_parts(chosen, "a")
-    assert parts["packages"] == f"not-installed-xyz <not installed>; pytest {version('pytest')}"
+    assert parts["packages"] == f"not-installed-xyz <not installed>; {PYTEST_PART}"
     assert "  the subject's dependencies: read from zoo's pyproject.toml/setup.cfg (it is not " \
            "installed)" in package_lines(chosen)
 
