@@ -214,32 +214,6 @@ SOURCE_SUFFIXES = (".py", ".pyi", ".so", ".pyd", ".dylib")
 """The files of an editable install whose bytes are in the key: code, not data."""
 
 
-def installed_code(found: metadata.Distribution) -> str:
-    """What, besides its version, names the code an installed distribution holds: for an
-    editable install, the digest of the code files in its source folder (it changes under
-    one version as it is edited); else the digest of the files pip installed, as its RECORD
-    hashes them (a package rebuilt locally under its old version differs there); "" when
-    neither can be read. Installer details (INSTALLER, direct_url.json) are left out."""
-    from regression.environment.fingerprint import content_hasher, file_digest
-
-    source = editable_source(found)
-    hasher = content_hasher()
-    if source is not None:
-        files = sorted(code_files(source))
-        for path in files:
-            hasher.update(f"{path.relative_to(source).as_posix()}\0{file_digest(path)}\n"
-                          .encode())
-        return f"editable, {len(files)} files {hasher.hexdigest()[:16]}"  # not where: CI's differs
-    record = found.read_text("RECORD") or ""
-    hashed = sorted(line for line in record.splitlines()
-                    if line.count(",") >= 2 and line.rsplit(",", 2)[1]
-                    and ".dist-info/" not in line.split(",", 1)[0])
-    if not hashed:
-        return ""
-    hasher.update("\n".join(hashed).encode())
-    return f"files {hasher.hexdigest()[:16]}"
-
-
 def editable_source(found: metadata.Distribution) -> Path | None:
     """The source folder of an editable install (`pip install -e`), as its direct_url.json
     names it; None for any other install."""

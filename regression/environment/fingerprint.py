@@ -14,8 +14,8 @@ from typing import Iterable, Mapping, Sequence
 import xxhash
 
 from regression.config.settings import Settings
-from regression.environment.dependencies import Requirement, distribution_requirements, distributions_of, \
-    file_requirements, installed_code, normalized, project_name
+from regression.environment.dependencies import Requirement, code_files, distribution_requirements, \
+    distributions_of, editable_source, file_requirements, normalized, project_name
 from regression.environment.dependencies import declared as declared_requirements
 from regression.environment.determinism import no_cuda_message
 from regression.errors import DeterminismError
@@ -201,6 +201,30 @@ def packages_in(parts: Mapping[str, str]) -> list[str]:
     if part == "none":
         return []
     return [entry.split(" ", 1)[0] for entry in part.split("; ")]
+
+
+def installed_code(found: metadata.Distribution) -> str:
+    """What, besides its version, names the code an installed distribution holds: for an
+    editable install, the digest of the code files in its source folder (it changes under
+    one version as it is edited); else the digest of the files pip installed, as its RECORD
+    hashes them (a package rebuilt locally under its old version differs there); "" when
+    neither can be read. Installer details (INSTALLER, direct_url.json) are left out."""
+    source = editable_source(found)
+    hasher = content_hasher()
+    if source is not None:
+        files = sorted(code_files(source))
+        for path in files:
+            hasher.update(f"{path.relative_to(source).as_posix()}\0{file_digest(path)}\n"
+                          .encode())
+        return f"editable, {len(files)} files {hasher.hexdigest()[:16]}"  # not where: CI's differs
+    record = found.read_text("RECORD") or ""
+    hashed = sorted(line for line in record.splitlines()
+                    if line.count(",") >= 2 and line.rsplit(",", 2)[1]
+                    and ".dist-info/" not in line.split(",", 1)[0])
+    if not hashed:
+        return ""
+    hasher.update("\n".join(hashed).encode())
+    return f"files {hasher.hexdigest()[:16]}"
 
 
 def _package_versions(names: Iterable[str]) -> str:

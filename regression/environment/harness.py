@@ -2,8 +2,9 @@
 
 A case's harness is its test file, the conftest.py files above it and config.yaml's
 `harness` files, hashed before recording; plus its helpers: the other test code the
-recording found the tests using (modules they import, files they read), stored with the case
-with a digest each, so that the check side validates them before anything runs.
+recording found the tests using (modules they import, files they read) and the environment
+variables it found the subject reading, stored with the case with a digest each, so that
+the check side validates them before anything runs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,17 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from regression.environment.fingerprint import file_digest, files_digest
+from regression.environment.fingerprint import KERNEL_VARIABLES, digest, file_digest, \
+    files_digest
+
+VARIABLE = "$"
+"""A helper named `$NAME` is the environment variable NAME, by the digest of its value: a
+file's name, relative to the project, never starts with it (see helper_digests)."""
+_OURS = ("REGRESSION_", "PYTEST_", "GIT_")
+_SET_BY_US = frozenset({*KERNEL_VARIABLES, "PYTHONDONTWRITEBYTECODE",
+                        "TORCHINDUCTOR_DETERMINISTIC", "PWD", "OLDPWD"})
+"""Variables a helper never names: the tool's, pytest's and git's (they differ between the
+processes of one run), those in the key already, and the working folder's."""
 
 
 def harness_files(test_file: Path, rootdir: Path, extra: Iterable[Path] = ()) -> list[Path]:
@@ -51,19 +62,45 @@ class HarnessDigests:
         return self._by_file[test_file]
 
 
-def helper_digests(root: Path, helpers: Iterable[Path]) -> dict[str, str]:
-    """Each helper by its name relative to `root`, with the digest of its bytes."""
-    return {p.relative_to(root.resolve()).as_posix(): _digest_or_missing(p) for p in helpers}
+def helper_digests(root: Path, helpers: Iterable[Path], variables: Iterable[str] = ()
+                   ) -> dict[str, str]:
+    """Each helper file by its name relative to `root` (`./$x` for a file named `$x`), with
+    the digest of its bytes; each variable read (of those a helper may name) as `$NAME`,
+    with the digest of its value."""
+    found = {}
+    for path in helpers:
+        name = path.relative_to(root.resolve()).as_posix()
+        found[f"./{name}" if name.startswith(VARIABLE) else name] = _digest_or_missing(path)
+    for name in variables:
+        if keyed_variable(name):
+            found[f"{VARIABLE}{name}"] = variable_digest(name)
+    return found
+
+
+def keyed_variable(name: str) -> bool:
+    """Whether a helper may name the environment variable `name` (see _SET_BY_US)."""
+    return not name.startswith(_OURS) and name not in _SET_BY_US
+
+
+def variable_digest(name: str) -> str:
+    """The digest of an environment variable's value in this process; "<unset>"."""
+    value = os.environ.get(name)
+    return "<unset>" if value is None else digest(os.fsencode(value))
 
 
 def changed_helpers(root: Path, helpers: Mapping[str, str],
                     known: dict[Path, str] | None = None) -> list[str]:
-    """The helpers (name -> digest, as stored) whose bytes now differ, or that are gone.
-    `known` keeps each file's digest for the rest of one run: cases share their helpers, so
-    a suite of a thousand cases reads each helper once, not once per case."""
+    """The helpers (name -> digest, as stored) whose bytes now differ, or that are gone, and
+    the variables whose value differs now. `known` keeps each file's digest for the rest of
+    one run: cases share their helpers, so a suite of a thousand cases reads each helper
+    once, not once per case."""
     known = {} if known is None else known
     changed = []
     for name, stored in sorted(helpers.items()):
+        if name.startswith(VARIABLE):
+            if variable_digest(name[len(VARIABLE):]) != stored:
+                changed.append(f"environment variable {name[len(VARIABLE):]}")
+            continue
         path = root / name
         if path not in known:
             known[path] = _digest_or_missing(path)

@@ -156,7 +156,7 @@ class Judge:
         changed = changed_helpers(references.suite.reference.settings.root, record.helpers,
                                   self.helper_digests)
         if changed:
-            return (f"test code it uses changed since the reference was recorded "
+            return (f"test code or environment it uses changed since the reference was recorded "
                     f"({', '.join(changed)}); {FIX} again")
         return ""
 

@@ -114,7 +114,7 @@ class SubjectGuard:
             self.watch.saw_mappings()
             stop_watching()
             refused, helpers = self.watch.sorted_out(run.test_modules)
-            run.helpers = helper_digests(root, helpers)
+            run.helpers = helper_digests(root, helpers, self.watch.variables_read())
             unkeyed = self.watch.reference_reads()
         require_own_files(stray, refused, unkeyed, settings.subject_packages)
 

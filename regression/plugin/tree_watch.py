@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from regression.run.overlap import note_native_readers
@@ -56,6 +57,9 @@ class TreeWatch:
         self.imported: set[str] = set()
         """Real paths of project modules named by an import statement (pytest imports test
         modules with importlib, so a test module here was imported by other code)."""
+        self.variable_sites: dict[tuple[str, int], set[str]] = {}
+        """The environment variables the subject's code read, by where it read them."""
+        self.keyed_code = tuple(str(p) + (os.sep if p.is_dir() else "") for p in self.keyed)
         self._real: dict[str, str] = {}
 
     def saw(self, path: object, how: str) -> None:
@@ -74,6 +78,25 @@ class TreeWatch:
             self.imported.add(real)
         if how != "read" or real not in self.seen:
             self.seen[real] = "read" if how == "read" else "run"
+
+    def saw_variable(self, name: str, filename: str, line: int) -> None:
+        """An environment variable read by the code of `filename`: noted if that is the
+        subject's at the reference (the test code's own switches, log paths and the like
+        are the harness's business, and an installed package's are not the subject's)."""
+        if not os.path.isabs(filename):
+            return
+        real = self._real.get(filename)
+        if real is None:
+            real = self._real[filename] = self._resolved(filename)
+        if any(real == k or real.startswith(k) for k in self.keyed_code):
+            self.variable_sites.setdefault((real, line), set()).add(name)
+
+    def variables_read(self) -> list[str]:
+        """The environment variables the subject's code read, one by one: a line that read
+        more than BULK of them copied the environment (`dict(os.environ)` for a child
+        process), which makes no value depend on each."""
+        return sorted({name for names in self.variable_sites.values() if len(names) <= BULK
+                       for name in names})
 
     def _resolved(self, absolute: str) -> str:
         """os.path.realpath, with each folder resolved once: a file costs one lstat."""
@@ -165,6 +188,8 @@ class TreeWatch:
 
 
 _CODE = (".py", ".pyc", ".so", ".pyd")
+BULK = 3
+"""More variables than this read on one line: a copy of the environment, not a setting."""
 
 
 def _deepest(path: Path, folders: Sequence[Path]) -> Path:
@@ -186,10 +211,12 @@ _HOOKED: list[bool] = []
 
 
 def watch_tree(watch: TreeWatch) -> None:
-    """Make `watch` the active one, installing the audit hook once per process."""
+    """Make `watch` the active one, installing the audit hook (and the watch of the
+    environment's reads) once per process."""
     if not _HOOKED:
         sys.addaudithook(_audit)
         _note_import_statements()
+        _note_environment_reads()
         _HOOKED.append(True)
     note_native_readers()  # their files raise an audit event too (torch's: once it is loaded)
     _WATCHES[:] = [watch]
@@ -225,6 +252,37 @@ def _note_imported(module: ModuleType, name: str, fromlist: Sequence[str] | None
             if isinstance(origin, str) and os.path.isabs(origin):
                 _WATCHES[0].saw(origin, "import")
     except Exception:  # noqa: BLE001 - the user's import must not fail here
+        return
+
+
+_STANDARD = tuple(f"{p}{os.sep}" for p in {os.path.realpath(sysconfig.get_paths()[n])
+                                             for n in ("stdlib", "platstdlib")}) + ("<frozen ",)
+
+
+def _note_environment_reads() -> None:
+    """Every read of `os.environ` (`os.environ[...]`, `.get`, `in`, `os.getenv` all read an
+    item) is noted with the first frame outside the standard library: who asked. Reads by
+    native code (`getenv` in C) are not seen: torch's own are in the key (KERNEL_VARIABLES)."""
+    environ: Any = os.environ
+
+    class WatchedEnviron(type(environ)):  # type: ignore[misc]
+        def __getitem__(self, key: str) -> str:
+            if _WATCHES and not getattr(_OWN, "reading", False):
+                _note_variable(key)
+            return super().__getitem__(key)  # type: ignore[no-any-return]
+
+    environ.__class__ = WatchedEnviron
+
+
+def _note_variable(key: object) -> None:
+    """Note who read the variable `key`; never raises."""
+    try:
+        frame: FrameType | None = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename.startswith(_STANDARD):
+            frame = frame.f_back
+        if frame is not None and isinstance(key, str) and _WATCHES:
+            _WATCHES[0].saw_variable(key, frame.f_code.co_filename, frame.f_lineno)
+    except Exception:  # noqa: BLE001 - the user's read must not fail here
         return
 
 

@@ -53,7 +53,7 @@ def _stale(stored: StoredHarness, harness: str, root: Path, known: dict[Path, st
         return "its test file or a conftest.py changed"
     changed = changed_helpers(root, stored.helpers, known)
     if changed:
-        return f"test code it uses changed: {', '.join(changed)}"
+        return f"test code or environment it uses changed: {', '.join(changed)}"
     return ""
 
 

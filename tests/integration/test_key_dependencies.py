@@ -143,6 +143,35 @@ def test_an_editable_dependency_edited_under_one_version_is_recorded_again(
     assert "recording 1 of 1 cases" in output(again) and "CHANGED" not in output(again)
 
 
+VARIABLE_SUBJECT = """\
+import os
+
+import torch
+
+SCALE = 1.0
+
+
+def forward(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * float(os.environ.get("SUBJ_SCALE", "{default}"))
+"""
+
+
+def test_a_variable_the_subject_reads_is_part_of_what_its_reference_was_recorded_with(
+        subject_repo: Repo) -> None:
+    """The reference was recorded with SUBJ_SCALE=2; the subject's default becomes 2 and the
+    variable is unset: the reference is recorded again without it (scale 1), so the new
+    default is caught, not compared with the old recording that happens to agree."""
+    subject_repo.write("subj/__init__.py", VARIABLE_SUBJECT.format(default="1.0"))
+    subject_repo.commit("subj reads SUBJ_SCALE")
+    first = subject_repo.invoke("test", "--reference", "HEAD", env={"SUBJ_SCALE": "2"})
+    assert first.returncode == 0, output(first)
+    subject_repo.write("subj/__init__.py", VARIABLE_SUBJECT.format(default="2.0"))
+    caught = subject_repo.invoke("test", "--reference", "HEAD")
+    assert caught.returncode == 1, output(caught)
+    assert "recording 1 of 1 cases" in output(caught)
+    assert "CHANGED tests/test_subj.py::test_forward" in output(caught)
+
+
 # The key covers the test code: the test modules, the helpers they import (also a test module
 # imported by another, or a helper imported only while a case runs) and the data files of the
 # test folders. An edit there re-records; it is never taken for a change of the subject.
@@ -231,8 +260,8 @@ def test_a_lazy_helper_and_a_data_file_of_the_tests_are_in_the_key(helped: Repo,
     done = repo.invoke("test", "--no-gen")
     assert done.returncode == 2, output(done)
     assert "4 of 4 cases have no valid reference" in done.stderr
-    assert ("tests/test_helped.py::test_lazy: test code it uses changed: tests/data/in.json, "
-            "tests/lazy.py") in done.stderr
+    assert ("tests/test_helped.py::test_lazy: test code or environment it uses changed: "
+            "tests/data/in.json, tests/lazy.py") in done.stderr
 
 
 def test_plain_pytest_names_the_changed_helper(helped: Repo, tmp_path: Path) -> None:
@@ -240,8 +269,8 @@ def test_plain_pytest_names_the_changed_helper(helped: Repo, tmp_path: Path) -> 
     repo.write("tests/models.py", "def build(x):\n    return x + 1\n")
     done = repo.pytest("-p", "no:xdist", "--regression-no-gen", "tests")
     assert done.returncode == 1, output(done)
-    assert ("test code it uses changed since the reference was recorded (tests/models.py); "
-            "run `invoke gen` to record it again") in done.stdout
+    assert ("test code or environment it uses changed since the reference was recorded "
+            "(tests/models.py); run `invoke gen` to record it again") in done.stdout
 
 
 def test_the_key_covers_the_test_code(helped: Repo, tmp_path: Path) -> None:
@@ -260,7 +289,7 @@ def test_a_test_module_imported_by_another_is_its_helper(helped: Repo, tmp_path:
     repo.write("tests/test_other.py", other.replace("return 0.0", "return 1.0"))
     done = repo.invoke("test", "--no-gen")
     assert done.returncode == 2, output(done)
-    assert ("tests/test_helped.py::test_built: test code it uses changed: "
+    assert ("tests/test_helped.py::test_built: test code or environment it uses changed: "
             "tests/test_other.py") in done.stderr
     assert "tests/test_other.py::test_other: its test file or a conftest.py changed" in \
         done.stderr

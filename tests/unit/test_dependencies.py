@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from regression.environment.dependencies import Requirement, declared, file_requirements, installed_code, \
+from regression.environment.dependencies import Requirement, declared, file_requirements, \
     is_runtime, parse, project_name
+from regression.environment.fingerprint import installed_code
 
 PYPROJECT = """\
 [project]

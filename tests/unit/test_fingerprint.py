@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from regression.config.settings import Determinism, Settings
-from regression.environment.dependencies import installed_code
 from regression.environment.fingerprint import (
     KERNEL_VARIABLES,
     _math_libraries,
     code_part,
     differing_parts,
     environment_parts,
+    installed_code,
     files_digest,
     key_of,
 )

@@ -143,3 +143,20 @@ def test_helper_digests_are_read_once_per_run_for_every_case_that_shares_them(
     helper.write_text("SCALE = 2\n")  # within one run, the digest read first stands
     assert changed_helpers(tmp_path, stored, known) == []
     assert changed_helpers(tmp_path, stored) == ["tests/models.py"]  # a new run reads again
+
+
+def test_a_variable_read_is_a_helper_by_its_value_and_changes_with_it(
+        tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUBJ_SCALE", "2")
+    monkeypatch.delenv("SUBJ_UNSET", raising=False)
+    (tree / "$odd.py").write_text("x = 1\n")  # a file named like a variable stays a file
+    helpers = helper_digests(tree, [tree / "$odd.py"],
+                             ["SUBJ_SCALE", "SUBJ_UNSET", "REGRESSION_JOB", "PYTEST_CURRENT_TEST",
+                              "GIT_DIR", "MKL_CBWR", "PWD"])
+    assert sorted(helpers) == ["$SUBJ_SCALE", "$SUBJ_UNSET", "./$odd.py"]
+    assert helpers["$SUBJ_UNSET"] == "<unset>"
+    assert changed_helpers(tree, helpers) == []
+    monkeypatch.setenv("SUBJ_UNSET", "")
+    monkeypatch.setenv("SUBJ_SCALE", "3")
+    assert changed_helpers(tree, helpers) == ["environment variable SUBJ_SCALE",
+                                              "environment variable SUBJ_UNSET"]

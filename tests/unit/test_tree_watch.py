@@ -19,7 +19,8 @@ def watched(tmp_path: Path) -> Iterator[TreeWatch]:
     project = tmp_path / "project"
     for name in ("subj", "tests"):
         (project / name).mkdir(parents=True)
-    watch = TreeWatch(project, [], [], [project / "subj"], [project / "tests"])
+    watch = TreeWatch(project, [], [], [project / "subj"], [project / "tests"],
+                      keyed=[project / "subj"])
     watch_tree(watch)
     try:
         yield watch
@@ -128,3 +129,34 @@ def test_a_file_read_by_native_code_that_keeps_no_mapping_is_seen(watched: TreeW
     assert torch.equal(value, torch.ones(4))
     watched.saw_mappings()  # nothing is mapped any more: the event alone tells
     assert watched.sorted_out([]) == ({}, [data])  # a helper of the tests: hashed
+
+
+def _read_in(folder: Path, name: str, code: str) -> None:
+    """Run `code` as the code of a file in `folder` would (its frames name that file)."""
+    path = folder / name
+    path.write_text(code)
+    exec(compile(code, str(path), "exec"), {"os": os})  # noqa: S102 - the test's own code
+
+
+def test_each_way_the_subject_reads_a_variable_is_seen(
+        watched: TreeWatch, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUBJ_A", "1")
+    _read_in(watched.project / "subj", "config.py",
+             "os.environ['SUBJ_A']\nos.environ.get('SUBJ_B')\n'SUBJ_C' in os.environ\n"
+             "os.getenv('SUBJ_D', 'x')\n")
+    assert watched.variables_read() == ["SUBJ_A", "SUBJ_B", "SUBJ_C", "SUBJ_D"]
+
+
+def test_reads_by_others_and_copies_of_the_environment_are_not_the_subject_s_settings(
+        watched: TreeWatch, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    _read_in(tmp_path / "elsewhere", "lib.py", "os.environ.get('LIB_ONLY')\n")  # a package's
+    _read_in(watched.project / "tests", "test_x.py", "os.environ.get('TEST_SWITCH')\n")
+    _read_in(watched.project / "subj", "spawn.py",
+             "env = dict(os.environ)\nfor k in ('A1', 'A2', 'A3', 'A4'): os.environ.get(k)\n"
+             "copied = os.environ.copy()\n")
+    os.environ.get("THIS_TEST_ONLY")  # this file lies outside the watched project
+    assert watched.variables_read() == []
+    stop_watching()
+    _read_in(watched.project / "subj", "late.py", "os.environ.get('AFTER_THE_WATCH')\n")
+    assert watched.variables_read() == []
