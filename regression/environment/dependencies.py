@@ -210,10 +210,6 @@ def distributions_of(packages: Iterable[str], project: str = "") -> Iterator[str
             yield found.metadata["Name"] or name
 
 
-SOURCE_SUFFIXES = (".py", ".pyi", ".so", ".pyd", ".dylib")
-"""The files of an editable install whose bytes are in the key: code, not data."""
-
-
 def editable_source(found: metadata.Distribution) -> Path | None:
     """The source folder of an editable install (`pip install -e`), as its direct_url.json
     names it; None for any other install."""
@@ -232,16 +228,19 @@ def editable_source(found: metadata.Distribution) -> Path | None:
     return folder if folder is not None and folder.is_dir() else None
 
 
-def code_files(folder: Path) -> Iterator[Path]:
-    """The code files under `folder` (SOURCE_SUFFIXES), hidden folders, caches, virtual
-    environments and build folders left out."""
+def source_files(folder: Path) -> Iterator[Path]:
+    """The files under an editable install's `folder`, code and data (a model config in
+    JSON is as much its code as a module): hidden folders, bytecode caches, packaging
+    metadata, node_modules and virtual environments left out."""
     import os
 
     for where, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__"))
-                         and d not in ("build", "dist", "node_modules")
+                         and not d.endswith((".egg-info", ".dist-info"))
+                         and d != "node_modules"
                          and not (Path(where) / d / "pyvenv.cfg").exists())
-        yield from (Path(where) / f for f in sorted(files) if f.endswith(SOURCE_SUFFIXES))
+        yield from (Path(where) / f for f in sorted(files)
+                    if not f.endswith((".pyc", ".pyo")) and not f.startswith("."))
 
 
 def _provides(found: metadata.Distribution, packages: set[str]) -> bool:

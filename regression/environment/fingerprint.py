@@ -14,8 +14,8 @@ from typing import Iterable, Mapping, Sequence
 import xxhash
 
 from regression.config.settings import Settings
-from regression.environment.dependencies import Requirement, code_files, distribution_requirements, \
-    distributions_of, editable_source, file_requirements, normalized, project_name
+from regression.environment.dependencies import Requirement, distribution_requirements, \
+    distributions_of, editable_source, file_requirements, normalized, project_name, source_files
 from regression.environment.dependencies import declared as declared_requirements
 from regression.environment.determinism import no_cuda_message
 from regression.errors import DeterminismError
@@ -212,9 +212,9 @@ def installed_code(found: metadata.Distribution) -> str:
     source = editable_source(found)
     hasher = content_hasher()
     if source is not None:
-        files = sorted(code_files(source))
+        files = sorted(source_files(source))
         for path in files:
-            hasher.update(f"{path.relative_to(source).as_posix()}\0{file_digest(path)}\n"
+            hasher.update(f"{path.relative_to(source).as_posix()}\0{_content_id(path)}\n"
                           .encode())
         return f"editable, {len(files)} files {hasher.hexdigest()[:16]}"  # not where: CI's differs
     record = found.read_text("RECORD") or ""
@@ -225,6 +225,22 @@ def installed_code(found: metadata.Distribution) -> str:
         return ""
     hasher.update("\n".join(hashed).encode())
     return f"files {hasher.hexdigest()[:16]}"
+
+
+LARGE_FILE = 1 << 20
+"""An editable install's file larger than this (a checkpoint, a data set) is named by its
+size and time, not read each run."""
+
+
+def _content_id(path: Path) -> str:
+    """A file's digest; a large one's size and modification time; "" when unreadable."""
+    try:
+        found = path.stat()
+        if found.st_size > LARGE_FILE:
+            return f"{found.st_size}:{found.st_mtime_ns}"
+        return file_digest(path)
+    except OSError:
+        return ""
 
 
 def _package_versions(names: Iterable[str]) -> str:

@@ -16,6 +16,87 @@ def uses_fixture(item: pytest.Item) -> bool:
     return FIXTURE in getattr(item, "fixturenames", ())
 
 
+_OUTPUT_ONLY = frozenset({
+    "-k", "-m", "-n", "-p", "-r", "-W", "--tb", "--deselect", "--junitxml", "--junit-xml",
+    "--maxfail", "--durations", "--dist", "--basetemp", "--color", "--capture",
+    "--numprocesses", "--log-level", "--log-cli-level", "--log-file", "--timeout",
+    "--junit-prefix", "--tx", "--maxprocesses", "--max-worker-restart", "--rootdir"})
+"""pytest options (with a value) that leave which tests a file collects alone (the runs of
+ours name the rootdir: both the recording and the check run, each its own)."""
+_OUTPUT_FLAGS = frozenset({
+    "-q", "-v", "-vv", "-vvv", "-qq", "-x", "-s", "-l", "--quiet", "--verbose",
+    "--exitfirst", "--showlocals", "--no-header", "--no-summary", "--strict-markers",
+    "--strict", "--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first",
+    "--sw", "--stepwise", "--continue-on-collection-errors", "--disable-warnings",
+    "--runxfail", "--co", "--collect-only"})
+"""pytest's flags that leave which tests a file collects alone (--lf and --sw narrow a run,
+which is judged apart)."""
+
+
+def collecting_options(args: list[str]) -> list[str]:
+    """The options among a pytest invocation's `args` that may decide which tests a file
+    collects (a conftest's `--quick`, `-c other.ini`): those neither pytest's output nor
+    selection, nor this tool's. Paths and node ids are no options."""
+    found, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if not arg.startswith("-") or arg == "-":
+            continue
+        name = arg.split("=", 1)[0]
+        short = name[:2] if not name.startswith("--") else name
+        if name.startswith("--regression") or name in _OUTPUT_FLAGS:
+            continue
+        if name in _OUTPUT_ONLY or short in _OUTPUT_ONLY:
+            skip = "=" not in arg and (name == short == arg or name.startswith("--"))
+            continue
+        found.append(arg)
+    return found
+
+
+def collection_conditions(config: pytest.Config) -> str:
+    """What besides the test code decides which cases a file collects, as a digest: pytest's
+    settings (its section of the settings file) and the options of PYTEST_ADDOPTS that may
+    (collecting_options; a recording sees both as the check run does); "" when the run's own
+    command line may decide it too, which a recording does not see."""
+    import shlex
+
+    from regression.environment.fingerprint import digest
+
+    if collecting_options(list(config.invocation_params.args)):
+        return ""
+    try:
+        addopts = collecting_options(shlex.split(os.environ.get("PYTEST_ADDOPTS", "")))
+    except ValueError:
+        return ""  # pytest itself refuses what it cannot split
+    settings = pytest_section(config.inipath) if config.inipath is not None else ""
+    return digest("\0".join([settings, *addopts]).encode())
+
+
+def pytest_section(path: Path) -> str:
+    """pytest's section of its settings file, as stable text: the rest of the file (a
+    pyproject.toml's version and dependencies) decides nothing of what is collected."""
+    import configparser
+    import json
+
+    from regression.environment.dependencies import pyproject_table
+
+    if path.suffix == ".toml":
+        tool = pyproject_table(path.parent).get("tool", {}) if path.name == "pyproject.toml" \
+            else {}
+        section = tool.get("pytest", {}) if isinstance(tool, dict) else {}
+        return json.dumps(section, sort_keys=True, default=str)
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, configparser.Error):
+        return ""
+    found = {name: dict(parser[name]) for name in ("pytest", "tool:pytest")
+             if parser.has_section(name)}
+    return json.dumps(found, sort_keys=True)
+
+
 def report_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     """The last line of a report's text: the fallback when no exception is at hand."""
     text = report.longreprtext.strip().splitlines()

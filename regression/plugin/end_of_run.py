@@ -134,14 +134,14 @@ class EndOfRun:
         """Each regression case the reference collected that this run did not, where the
         test code that decides which cases exist is unchanged: the subject's change removed
         it, which fails unless regression-changes.yaml declares it. Judged once the
-        recording beside the run (if any) has stored what the reference collected; by the
-        first shard alone, in a run that selected no cases."""
+        recording beside the run (if any) has stored what the reference collected, by
+        every shard (each collects every file); not where --lf or --sw dropped tests
+        without deselecting them."""
         references = self.state.references
         option = self.config.option
-        if references is None or not references.others or self.ledger.collected is None \
-                or option.keyword or option.markexpr or getattr(option, "lf", False) \
-                or (self.job and self.job.selection):
-            return  # cases the user left out (-k, -m, --lf, --case) are not missed
+        if references is None or self.ledger.collected is None \
+                or getattr(option, "lf", False) or getattr(option, "stepwise", False):
+            return
         from regression.declarations import REMOVAL, by_case
 
         declared = by_case(self.job.declarations if self.job is not None else ())
@@ -234,11 +234,15 @@ def removed_cases(references: ReadyReferences, collected: set[str], partial: set
                   ) -> list[str]:
     """The regression cases the reference collected (as its recordings stored) and this run
     did not (`collected`: every test it collected), in the files it collected whole whose
-    harness and helpers are unchanged since: only the subject can have removed those."""
+    harness, helpers and conditions (pytest's settings, PYTEST_ADDOPTS) are unchanged
+    since: only the subject can have removed those."""
     from regression.environment.harness import changed_helpers
     from regression.errors import StoreError
 
-    root = references.suite.reference.settings.root
+    suite = references.suite
+    if not suite.conditions:
+        return []  # the run's own options may decide what it collects: nothing to go by
+    root = suite.reference.settings.root
     rootdir = references.harness.rootdir
     files = {nodeid.split("::", 1)[0] for nodeid in collected} - partial
     known: dict[Path, str] = {}
@@ -248,7 +252,8 @@ def removed_cases(references: ReadyReferences, collected: set[str], partial: set
             stored = references.entry.collection(file)
         except StoreError:
             continue  # untrusted: what it says is not believed; the next recording rewrites it
-        if stored is None or stored.harness != references.harness.of(rootdir / file) \
+        if stored is None or stored.conditions != suite.conditions \
+                or stored.harness != references.harness.of(rootdir / file) \
                 or changed_helpers(root, stored.helpers, known):
             continue
         removed += [c for c in stored.cases if c not in references.collected]

@@ -14,7 +14,7 @@ from regression.run.handoff import hand_over
 from regression.run.job import RecordJob
 from regression.run.overlap import shared_reason
 from regression.store.cache import Entry
-from regression.store.record import ABSENT, CaseRecord, Collection, Output, StagedCase
+from regression.store.record import ABSENT, CaseRecord, Output, StagedCase
 
 
 class CaseStorer:
@@ -121,23 +121,21 @@ class CaseStorer:
                 entry.commit_case(self.staged.pop(nodeid), run.helpers)
                 recorded.append(nodeid)
             # else: collected but never run (-x, --maxfail, -k in addopts): store nothing
-        if run.worker in ("", "gw0") and not shared:
-            self._store_collections(entry)
-        return {"recorded": recorded, "absent": absent, "doubtful": doubtful}
+        collected = self._collected() if run.worker in ("", "gw0") and not shared else None
+        return {"recorded": recorded, "absent": absent, "doubtful": doubtful,
+                "collected": collected, "helpers": dict(run.helpers)}
 
-    def _store_collections(self, entry: Entry) -> None:
-        """Which regression cases each test file of a wanted case collected at the
-        reference (one that collected without error): a later check run with the same test
-        code fails a case the working tree no longer collects."""
+    def _collected(self) -> dict[str, list[str]]:
+        """The regression cases each test file collected here (one that collected without
+        error), wanted or not: the check run stores them (Collection) for the runs to come,
+        which fail a case the working tree no longer collects."""
         run = self.run
-        harness = {nodeid.split("::", 1)[0]: digest for nodeid, digest in run.cases.items()}
-        by_file: dict[str, list[str]] = {file: [] for file in harness}
-        for nodeid in run.collected_cases:
-            by_file.setdefault(nodeid.split("::", 1)[0], []).append(nodeid)
-        for file, digest in sorted(harness.items()):
+        by_file: dict[str, list[str]] = {}
+        for nodeid in sorted(run.collected_cases):
+            file = nodeid.split("::", 1)[0]
             if not run.collect_error_over(file):
-                entry.save_collection(Collection(file, digest, run.helpers,
-                                                 tuple(sorted(by_file[file]))))
+                by_file.setdefault(file, []).append(nodeid)
+        return by_file
 
     def discard(self) -> None:
         if self.staged:
@@ -149,4 +147,8 @@ class CaseStorer:
     def merged(self, results: list[dict[str, Any]]) -> dict[str, Any]:
         recorded = sorted({n for d in results for n in d["recorded"]})
         absent = {k: v for d in results for k, v in d["absent"].items()}
-        return {"recorded": recorded, "absent": absent}
+        collected = next((d["collected"] for d in results if d.get("collected") is not None),
+                         None)
+        helpers = {k: v for d in results for k, v in d.get("helpers", {}).items()}
+        return {"recorded": recorded, "absent": absent, "collected": collected,
+                "helpers": helpers}

@@ -22,7 +22,7 @@ from dataclasses import replace
 from regression.errors import RegressionError
 from regression.repository.worktree import reference_worktree
 from regression.references.recorder import outcome, record_job, recording_args, \
-    require_all_ran, still_valid
+    require_all_ran, still_valid, store_collections
 from regression.run import overlap
 from regression.run.handoff import HandedOverCases, answer_shared, send_cases
 from regression.run.job import Beside, RecordJob
@@ -239,5 +239,6 @@ class RecordingBeside:
                          "stored and are kept; `invoke gen` records the rest.")
         else:
             require_all_ran(self.todo, self.result)
+            store_collections(suite, recorded)
         suite.entry.touch()
         return self.result

@@ -199,22 +199,26 @@ def _suite(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
     every case and runs some)."""
     from regression.environment.fingerprint import environment_parts
     from regression.environment.harness import HarnessDigests, extra_harness_files
-    from regression.plugin.common import uses_fixture
+    from regression.plugin.common import collection_conditions, uses_fixture
     from regression.run.types import shard_cases
     from regression.store.cache import KEEP_FOR_CHECK, Entry
 
     settings = reference.settings
     harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
     spec = job.shard if job else None
-    chosen = shard_cases(settings, (i.nodeid for i in items if uses_fixture(i)), spec)
-    cases = {i.nodeid: harness.of(i.path) for i in items if i.nodeid in chosen}
+    regression = [i for i in items if uses_fixture(i)]
+    chosen = shard_cases(settings, (i.nodeid for i in regression), spec)
+    files = {i.nodeid.split("::", 1)[0]: harness.of(i.path) for i in regression}
+    cases = {i.nodeid: files[i.nodeid.split("::", 1)[0]] for i in regression
+             if i.nodeid in chosen}
     entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),
                   reference=reference.sha, keep=KEEP_FOR_CHECK if loads else 0)
     subject_root = Path(job.subject_root) if job and job.subject_root else None
     return Suite(reference, dict(sorted(cases.items())), entry, spec, subject_root,
                  workers=job.workers if job else 0,
-                 repeat=job.repeat if job and job.repeat else settings.determinism.repeat
-                 ), harness
+                 repeat=job.repeat if job and job.repeat else settings.determinism.repeat,
+                 files=files, conditions=collection_conditions(items[0].config) if items
+                 else ""), harness
 
 
 def _again(wanted: Wanted, echo: Echo) -> Generation:

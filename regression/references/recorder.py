@@ -20,7 +20,7 @@ from regression.run.job import RecordingJob, RecordJob, ReproduceJob, TraceJob
 from regression.run.launch import run_pytest, tail
 from regression.run.types import Echo, Generation, Pending, RecordResult, Reference, Suite
 from regression.store.cache import Entry
-from regression.store.record import NONDETERMINISTIC, StoredHarness
+from regression.store.record import NONDETERMINISTIC, Collection, StoredHarness
 from regression.store.scratch import scratch_folder
 
 Kind = TypeVar("Kind", RecordJob, ReproduceJob, TraceJob)
@@ -29,11 +29,15 @@ if TYPE_CHECKING:
     from regression.config.settings import Settings
 
 
-def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[str, Pending]:
-    """The cases that need recording, by node id (`root`: where their helpers are)."""
+def plan(suite: Suite, force: bool) -> dict[str, Pending]:
+    """The cases that need recording, by node id: not recorded yet, stale, untrusted, or
+    (where the check run stores collections) in a test file whose collection at the
+    reference is missing, untrusted or of other test code."""
+    entry, root = suite.entry, suite.reference.settings.root
     todo: dict[str, Pending] = {}
     known: dict[Path, str] = {}  # helper digests, read once for all cases
-    for nodeid, harness in cases.items():
+    files: dict[str, tuple[str, bool]] = {}  # why a file's collection does not serve
+    for nodeid, harness in suite.cases.items():
         try:
             stored = None if force else entry.valid_harness(nodeid)
         except StoreError as exc:
@@ -41,10 +45,36 @@ def plan(entry: Entry, cases: dict[str, str], force: bool, root: Path) -> dict[s
             continue
         why = "forced" if force else "not recorded yet" if stored is None else \
             _stale(stored, harness, root, known)
+        if not why and suite.conditions:
+            file = nodeid.split("::", 1)[0]
+            if file not in files:
+                files[file] = _uncollected(entry, file, harness, suite.conditions)
+            why, fault = files[file]
+            if why:
+                todo[nodeid] = Pending(harness, why, fault)
+                entry.release(nodeid)
+                continue
         if why:
             todo[nodeid] = Pending(harness, why)
             entry.release(nodeid)  # recorded again: its record may name another file
     return todo
+
+
+def _uncollected(entry: Entry, file: str, harness: str, conditions: str) -> tuple[str, bool]:
+    """Why the collection of `file` at the reference does not serve the check run, and
+    whether that is a fault; ("", False) when it serves."""
+    try:
+        stored = entry.collection(file)
+    except StoreError as exc:
+        return str(exc), True
+    if stored is None:
+        return "which cases its test file collects at the reference is not stored", False
+    if stored.harness != harness:
+        return "its test file's cases at the reference were stored for other test code", False
+    if stored.conditions != conditions:
+        return ("its test file's cases at the reference were stored under other pytest "
+                "settings or PYTEST_ADDOPTS"), False
+    return "", False
 
 
 def _stale(stored: StoredHarness, harness: str, root: Path, known: dict[Path, str]) -> str:
@@ -61,7 +91,7 @@ def require_valid(suite: Suite) -> None:
     """Raise unless every case has a valid stored reference (for `test --no-gen`); reads only."""
     try:
         suite.entry.verify_identity()
-        todo = plan(suite.entry, suite.cases, False, suite.reference.settings.root)
+        todo = plan(suite, False)
     except CacheError as exc:
         raise CacheError(f"{exc}\nRun `invoke gen` to record the reference again.") from None
     if todo:
@@ -91,7 +121,7 @@ def read_only_plan(suite: Suite, force: bool) -> dict[str, Pending] | None:
         suite.entry.verify_identity()
     except CacheError:
         return None
-    return plan(suite.entry, suite.cases, force, suite.reference.settings.root)
+    return plan(suite, force)
 
 
 def nothing_recordable(suite: Suite, todo: dict[str, Pending] | None,
@@ -110,7 +140,7 @@ def planned_locked(suite: Suite, force: bool, echo: Echo) -> tuple[Generation, d
     what the entry held that could not be trusted said."""
     result = Generation()
     _open_entry(suite.entry, result.warnings)
-    todo = plan(suite.entry, suite.cases, force, suite.reference.settings.root)
+    todo = plan(suite, force)
     result.warnings += [f"re-recording {nodeid}: {p.why}" for nodeid, p in todo.items()
                         if p.fault]
     for warning in result.warnings:
@@ -130,10 +160,26 @@ def record_missing(suite: Suite, todo: dict[str, Pending], result: Generation,
     recorded = record_cases(suite, root, {n: p.harness for n, p in todo.items()}, echo)
     result.recorded, result.absent = list(recorded.recorded), dict(recorded.absent)
     require_all_ran(todo, result)
+    store_collections(suite, recorded)
     result.nondeterministic = find_nondeterministic(
         suite, root, {n: todo[n].harness for n in result.recorded}, echo)
     suite.entry.touch()
     return result
+
+
+def store_collections(suite: Suite, recorded: RecordResult) -> None:
+    """What the recording collected at the reference, for each test file the check run
+    collected too, with that file's harness and the conditions here: a later check run
+    with the same test code and conditions fails a case it no longer collects
+    (plugin/end_of_run.py). Nothing where the check run's own options may decide what is
+    collected (no conditions)."""
+    collected = recorded.collected
+    if not suite.conditions or collected is None:
+        return
+    for file, harness in suite.files.items():  # one that collects none there: none
+        suite.entry.save_collection(Collection(file, harness, recorded.helpers,
+                                               tuple(collected.get(file, ())),
+                                               suite.conditions))
 
 
 def find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str], echo: Echo

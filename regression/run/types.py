@@ -97,6 +97,13 @@ class Suite:
     """pytest-xdist workers for recording; 0 or 1 records in one process."""
     repeat: int = 1
     """Recordings of each case recorded; from 2, differing ones are stored nondeterministic."""
+    files: dict[str, str] = field(default_factory=dict)
+    """The check run's: every test file it collected regression cases from (of every shard),
+    with its harness digest here; where each recording's collection is stored."""
+    conditions: str = ""
+    """The check run's: what else decides which cases its files collect (pytest's settings
+    file, PYTEST_ADDOPTS), as a digest; "" where its own options may decide it too (nothing
+    is stored of what the recording collected, nor compared)."""
 
     def in_shard(self, spec: ShardSpec | None) -> Suite:
         """The suite narrowed to one shard (every case when `spec` is None)."""
@@ -152,6 +159,12 @@ class RecordResult:
     doubtful: dict[str, str] = field(default_factory=dict)
     """Recording beside a check run: the cases that failed or skipped, not stored (see
     Generation.doubtful)."""
+    collected: dict[str, list[str]] | None = None
+    """The regression cases each test file collected at the reference (files that failed
+    to collect left out); None where it is not told (the run shared a file with the check
+    run beside it, or no recording collected)."""
+    helpers: dict[str, str] = field(default_factory=dict)
+    """The helpers the recording found its cases using (see CaseRecord.helpers)."""
 
 
 @dataclass(frozen=True)

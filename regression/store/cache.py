@@ -296,7 +296,7 @@ class Entry:
         folder = self.directory / COLLECTIONS
         body = {"format": FORMAT, "file": collection.file, "environment": self.key,
                 "harness": collection.harness, "helpers": dict(collection.helpers),
-                "cases": sorted(collection.cases)}
+                "cases": sorted(collection.cases), "conditions": collection.conditions}
         self.require_own_folders()
         if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
             raise CacheError(f"{folder} is not a folder the cache made; the cache never "

@@ -71,6 +71,9 @@ class Collection:
     harness: str
     helpers: Mapping[str, str]
     cases: tuple[str, ...]
+    conditions: str = ""
+    """What else decided which cases it collected: pytest's settings file, PYTEST_ADDOPTS
+    (a digest, as the check run that stored it found them)."""
 
 
 def collection_from(body: dict[str, Any], file: str, environment: str, where: str
@@ -79,13 +82,14 @@ def collection_from(body: dict[str, Any], file: str, environment: str, where: st
     cases, helpers = body.get("cases"), body.get("helpers")
     if body.get("file") != file or body.get("environment") != environment:
         raise StoreError(f"{where} belongs to another test file or environment")
-    if not isinstance(body.get("harness"), str) or not isinstance(cases, list) \
+    if not isinstance(body.get("harness"), str) or not isinstance(body.get("conditions"), str) \
+            or not isinstance(cases, list) \
             or not all(isinstance(c, str) and c.startswith(f"{file}::") for c in cases) \
             or not isinstance(helpers, dict) \
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in helpers.items()):
         raise StoreError(f"{where} is malformed: it must hold the file's harness digest, its "
                          "helpers and its cases' node ids")
-    return Collection(file, body["harness"], dict(helpers), tuple(cases))
+    return Collection(file, body["harness"], dict(helpers), tuple(cases), body["conditions"])
 
 
 def case_id(nodeid: str) -> str:

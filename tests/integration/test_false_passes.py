@@ -670,11 +670,13 @@ def listed_repo(tmp_path: Path) -> Repo:
 REMOVED_C = "REMOVED tests/test_models.py::test_model[c]"
 
 
-@pytest.mark.slow  # seven runs of one history
+@pytest.mark.slow  # eleven runs of one history
 def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path) -> None:
     """The subject stops listing a model its tests are parametrized over: the case the
-    reference collected is reported, recorded beside the check (cold) or not (warm), by the
-    first shard alone, not when the user selected cases, and passes once declared."""
+    reference collected is reported, recorded beside the check (cold) or not (warm), with
+    cases deselected (-k, -m in addopts), by each shard (each with a cache of its own, as
+    CI's), where what the cache kept of the collection is gone or damaged (recorded again),
+    and passes once declared."""
     repo = listed_repo(tmp_path)
     for run in ("cold", "warm"):
         done = repo.invoke("test")
@@ -683,10 +685,22 @@ def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path)
         assert f"{REMOVED_C}: collected at the reference" in text, (run, text)
         assert "2 identical" in text and "1 removed" in text, (run, text)
     selected = repo.invoke("test", "-k", "a")
-    assert selected.returncode == 0 and "REMOVED" not in output(selected), output(selected)
-    second, first = repo.invoke("test", "--shard", "2/2"), repo.invoke("test", "--shard", "1/2")
-    assert second.returncode == 0 and "REMOVED" not in output(second), output(second)
-    assert first.returncode == 1 and REMOVED_C in output(first), output(first)
+    assert selected.returncode == 1 and REMOVED_C in output(selected), output(selected)
+    marked = repo.invoke("test", env={"PYTEST_ADDOPTS": "-m 'not slow'"})
+    assert marked.returncode == 1 and REMOVED_C in output(marked), output(marked)
+    for shard in ("1/2", "2/2"):
+        alone = Repo(repo.path, tmp_path / f"cache-{shard[0]}")
+        done = alone.invoke("test", "--shard", shard)
+        assert done.returncode == 1 and REMOVED_C in output(done), (shard, output(done))
+    (folder,) = repo.cache.glob("*/collections")
+    (record,) = folder.iterdir()
+    record.write_bytes(record.read_bytes().replace(b"[b]", b"[B]"))  # damaged
+    damaged = repo.invoke("test")
+    assert damaged.returncode == 1 and REMOVED_C in output(damaged), output(damaged)
+    assert "re-recording tests/test_models.py::test_model[a]" in output(damaged)
+    shutil.rmtree(folder)
+    gone = repo.invoke("test")
+    assert gone.returncode == 1 and REMOVED_C in output(gone), output(gone)
     accepted = repo.invoke("accept", "--reason", "c is retired")
     assert accepted.returncode == 0, output(accepted)
     entry = yaml.safe_load((repo.path / FILE).read_text())["changes"]
@@ -716,3 +730,46 @@ def test_a_case_the_test_code_no_longer_makes_is_no_removal(tmp_path: Path) -> N
     by_subject = repo.invoke("test")  # the subject again: a is gone
     assert by_subject.returncode == 1, output(by_subject)
     assert "REMOVED tests/test_models.py::test_model[a]" in output(by_subject)
+
+
+OPTION_CONFTEST = """\
+import subj
+
+
+def pytest_addoption(parser):
+    parser.addoption("--only-first", action="store_true")
+
+
+def pytest_generate_tests(metafunc):
+    if "name" in metafunc.fixturenames:
+        first = metafunc.config.getoption("--only-first")
+        metafunc.parametrize("name", subj.MODELS[:1] if first else subj.MODELS)
+"""
+
+OPTION_TESTS = """\
+import subj
+
+
+def test_model(regression, name):
+    regression.check(subj.forward(name, regression.randn(2, 4)), name="out")
+"""
+
+
+def test_an_option_that_narrows_what_the_tests_collect_is_no_removal(tmp_path: Path) -> None:
+    """A conftest's option decides which cases exist: given in PYTEST_ADDOPTS (which the
+    recording sees too) the reference's collection is taken again with it; given on plain
+    pytest's command line (which no recording sees) nothing is compared. A removal by the
+    subject under the option is still one."""
+    repo = listed_repo(tmp_path)
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b", "c"]'))
+    repo.write("tests/conftest.py", OPTION_CONFTEST)
+    repo.write("tests/test_models.py", OPTION_TESTS)
+    assert repo.invoke("test").returncode == 0
+    narrowed = repo.invoke("test", env={"PYTEST_ADDOPTS": "--only-first"})
+    assert narrowed.returncode == 0 and "REMOVED" not in output(narrowed), output(narrowed)
+    plain = repo.pytest("--only-first", "tests")
+    assert plain.returncode == 0 and "REMOVED" not in output(plain), output(plain)
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["b", "c"]'))
+    removed = repo.invoke("test", env={"PYTEST_ADDOPTS": "--only-first"})
+    assert removed.returncode == 1, output(removed)
+    assert "REMOVED tests/test_models.py::test_model[a]" in output(removed)

@@ -167,21 +167,28 @@ def test_installed_code_is_the_digest_of_the_files_pip_hashed_not_of_the_install
     assert installed_code(installed(tmp_path / "d", "lib-1.0.dist-info/RECORD,,\n")) == ""
 
 
-def test_an_editable_install_is_named_by_its_source_code_files(tmp_path: Path) -> None:
+def test_an_editable_install_is_named_by_its_source_files(tmp_path: Path) -> None:
     source = tmp_path / "src"
-    (source / "lib").mkdir(parents=True)
+    (source / "lib/build").mkdir(parents=True)
     (source / "lib/__init__.py").write_text("SCALE = 1\n")
+    (source / "lib/config.json").write_text('{"width": 4}')
+    (source / "lib/build/__init__.py").write_text("")  # a subpackage named build
     (source / ".venv").mkdir()
     (source / ".venv/pyvenv.cfg").write_text("")
     url = json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}})
     found = installed(tmp_path, "", url)
     before = installed_code(found)
-    assert before.startswith("editable, 1 files ") and str(source) not in before
-    (source / "notes.txt").write_text("not code")
+    assert before.startswith("editable, 3 files ") and str(source) not in before
     (source / ".venv/ignored.py").write_text("x = 1\n")
+    (source / "lib/__pycache__").mkdir()
+    (source / "lib/__pycache__/x.cpython-311.pyc").write_bytes(b"cached")
     assert installed_code(found) == before
-    (source / "lib/__init__.py").write_text("SCALE = 2\n")  # edited under one version
-    assert installed_code(found) != before
+    previous = before
+    for edit in ("lib/__init__.py", "lib/config.json", "lib/build/__init__.py"):
+        (source / edit).write_text((source / edit).read_text() + " ")  # one version still
+        now = installed_code(found)
+        assert now != previous, edit
+        previous = now
 
 
 @pytest.mark.parametrize("direct_url", [

@@ -1,4 +1,5 @@
-"""Tests of regression.plugin.common: how a failure at the reference is described."""
+"""Tests of regression.plugin.common: how a failure at the reference is described, and which
+options may decide what a test file collects."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.plugin.common import exception_reason, shown_path, traceback_frames
+from regression.plugin.common import collecting_options, exception_reason, shown_path, \
+    traceback_frames
 
 
 def _raised(error: BaseException) -> BaseException:
@@ -93,3 +95,18 @@ def test_an_error_raised_in_the_users_code_names_one_place(tmp_path: Path) -> No
     error = _called("forward(1)", namespace)
     reason = exception_reason(error, traceback_frames(error), (tmp_path.resolve(),))
     assert reason == "KeyError: 1 (in subj/model.py:2)"
+
+
+@pytest.mark.parametrize(("args", "found"), [
+    (["tests", "tests/test_a.py::test_b[x]"], []),  # paths and node ids
+    (["-p", "no:cacheprovider", "--rootdir", "/r", "-n", "2", "-k", "a and not b"], []),
+    (["-q", "-x", "-rN", "--tb=short", "--tb", "line", "-kfoo", "-n2", "--regression-strict",
+      "--regression-durations=d.json", "-W", "ignore::DeprecationWarning"], []),
+    (["--only-first"], ["--only-first"]),  # a conftest's option
+    (["-c", "other.ini", "tests"], ["-c"]),  # its value is read as a path
+    (["-o", "python_files=check_*.py"], ["-o"]),
+    (["--import-mode=importlib", "-m", "slow"], ["--import-mode=importlib"]),
+])
+def test_the_options_that_may_decide_what_a_file_collects(args: list[str],
+                                                          found: list[str]) -> None:
+    assert collecting_options(args) == found
