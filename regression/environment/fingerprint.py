@@ -205,8 +205,8 @@ def packages_in(parts: Mapping[str, str]) -> list[str]:
 
 def installed_code(found: metadata.Distribution) -> str:
     """What, besides its version, names the code an installed distribution holds: for an
-    editable install, the digest of the code files in its source folder (it changes under
-    one version as it is edited); else the digest of the files pip installed, as its RECORD
+    editable install, the digest of the files in its source folder (source_files; it
+    changes under one version as it is edited); else the digest of the files pip installed, as its RECORD
     hashes them (a package rebuilt locally under its old version differs there); "" when
     neither can be read. Installer details (INSTALLER, direct_url.json) are left out."""
     source = editable_source(found)

@@ -17,7 +17,7 @@ def uses_fixture(item: pytest.Item) -> bool:
 
 
 _OUTPUT_ONLY = frozenset({
-    "-k", "-m", "-n", "-p", "-r", "-W", "--tb", "--deselect", "--junitxml", "--junit-xml",
+    "-k", "-m", "-n", "-r", "-W", "--tb", "--deselect", "--junitxml", "--junit-xml",
     "--maxfail", "--durations", "--dist", "--basetemp", "--color", "--capture",
     "--numprocesses", "--log-level", "--log-cli-level", "--log-file", "--timeout",
     "--junit-prefix", "--tx", "--maxprocesses", "--max-worker-restart", "--rootdir"})
@@ -36,11 +36,21 @@ which is judged apart)."""
 def collecting_options(args: list[str]) -> list[str]:
     """The options among a pytest invocation's `args` that may decide which tests a file
     collects (a conftest's `--quick`, `-c other.ini`): those neither pytest's output nor
-    selection, nor this tool's. Paths and node ids are no options."""
-    found, skip = [], False
+    selection, nor this tool's, nor a plugin disabled (`-p no:NAME`; `-p NAME` loads one,
+    which may). Paths and node ids are no options."""
+    found, skip, plugin = [], False, False
     for arg in args:
-        if skip:
-            skip = False
+        if skip or plugin:
+            if plugin and not arg.startswith("no:"):
+                found.append(f"-p {arg}")
+            skip = plugin = False
+            continue
+        if arg == "-p":
+            plugin = True
+            continue
+        if arg.startswith("-p"):
+            if not arg[2:].startswith("no:"):
+                found.append(arg)
             continue
         if not arg.startswith("-") or arg == "-":
             continue

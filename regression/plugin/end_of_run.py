@@ -251,7 +251,7 @@ def removed_cases(references: ReadyReferences, collected: set[str], partial: set
         try:
             stored = references.entry.collection(file)
         except StoreError:
-            continue  # untrusted: what it says is not believed; the next recording rewrites it
+            continue  # untrusted, not believed: the plan records its cases again, anew
         if stored is None or stored.conditions != suite.conditions \
                 or stored.harness != references.harness.of(rootdir / file) \
                 or changed_helpers(root, stored.helpers, known):

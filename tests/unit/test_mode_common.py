@@ -106,6 +106,8 @@ def test_an_error_raised_in_the_users_code_names_one_place(tmp_path: Path) -> No
     (["-c", "other.ini", "tests"], ["-c"]),  # its value is read as a path
     (["-o", "python_files=check_*.py"], ["-o"]),
     (["--import-mode=importlib", "-m", "slow"], ["--import-mode=importlib"]),
+    (["-p", "no:randomly", "-pno:cacheprovider", "-p", "myplugin", "-pother"],
+     ["-p myplugin", "-pother"]),  # a plugin loaded may parametrize
 ])
 def test_the_options_that_may_decide_what_a_file_collects(args: list[str],
                                                           found: list[str]) -> None:
