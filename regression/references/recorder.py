@@ -30,11 +30,13 @@ if TYPE_CHECKING:
 
 
 def plan(suite: Suite, force: bool) -> dict[str, Pending]:
-    """The cases that need recording, by node id: not recorded yet, stale, untrusted, or
-    (where the check run stores collections) in a test file whose collection at the
-    reference is missing, untrusted or of other test code."""
+    """The cases that need recording, by node id: not recorded yet, stale or untrusted.
+    Where nothing else is to be recorded and the check run stores collections, also those
+    of a test file whose collection at the reference is missing, untrusted or taken under
+    other test code or conditions: any recording stores every file's anew."""
     entry, root = suite.entry, suite.reference.settings.root
     todo: dict[str, Pending] = {}
+    unserved: dict[str, Pending] = {}
     known: dict[Path, str] = {}  # helper digests, read once for all cases
     files: dict[str, tuple[str, bool]] = {}  # why a file's collection does not serve
     for nodeid, harness in suite.cases.items():
@@ -45,18 +47,19 @@ def plan(suite: Suite, force: bool) -> dict[str, Pending]:
             continue
         why = "forced" if force else "not recorded yet" if stored is None else \
             _stale(stored, harness, root, known)
-        if not why and suite.conditions:
-            file = nodeid.split("::", 1)[0]
-            if file not in files:
-                files[file] = _uncollected(entry, file, harness, suite.conditions)
-            why, fault = files[file]
-            if why:
-                todo[nodeid] = Pending(harness, why, fault)
-                entry.release(nodeid)
-                continue
         if why:
             todo[nodeid] = Pending(harness, why)
             entry.release(nodeid)  # recorded again: its record may name another file
+        elif suite.conditions:
+            file = nodeid.split("::", 1)[0]
+            if file not in files:
+                files[file] = _uncollected(entry, file, harness, suite.conditions)
+            if files[file][0]:
+                unserved[nodeid] = Pending(harness, *files[file])
+    if not todo:
+        for nodeid in unserved:
+            entry.release(nodeid)
+        return unserved
     return todo
 
 
