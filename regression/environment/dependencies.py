@@ -87,7 +87,11 @@ def _pyproject(root: Path) -> list[Requirement]:
 
 def pyproject_table(root: Path) -> dict[str, Any]:
     """pyproject.toml as data; {} when it is missing or not TOML (pip reports that)."""
-    path = root / "pyproject.toml"
+    return toml_table(root / "pyproject.toml")
+
+
+def toml_table(path: Path) -> dict[str, Any]:
+    """A TOML file as data; {} when it is missing or not TOML."""
     if tomllib is None or not path.is_file():
         return {}
     try:

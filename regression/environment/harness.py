@@ -15,15 +15,17 @@ from typing import Iterable, Mapping
 
 from regression.environment.fingerprint import KERNEL_VARIABLES, digest, file_digest, \
     files_digest
+from regression.environment.start import start_environment
 
 VARIABLE = "$"
 """A helper named `$NAME` is the environment variable NAME, by the digest of its value: a
 file's name, relative to the project, never starts with it (see helper_digests)."""
 _OURS = ("REGRESSION_", "PYTEST_", "GIT_")
 _SET_BY_US = frozenset({*KERNEL_VARIABLES, "PYTHONDONTWRITEBYTECODE",
-                        "TORCHINDUCTOR_DETERMINISTIC", "PWD", "OLDPWD"})
+                        "TORCHINDUCTOR_DETERMINISTIC", "PWD", "OLDPWD", "COLUMNS", "LINES"})
 """Variables a helper never names: the tool's, pytest's and git's (they differ between the
-processes of one run), those in the key already, and the working folder's."""
+processes of one run), those in the key already, the working folder's and the terminal's
+size (xdist's workers set it)."""
 
 
 def harness_files(test_file: Path, rootdir: Path, extra: Iterable[Path] = ()) -> list[Path]:
@@ -83,8 +85,9 @@ def keyed_variable(name: str) -> bool:
 
 
 def variable_digest(name: str) -> str:
-    """The digest of an environment variable's value in this process; "<unset>"."""
-    value = os.environ.get(name)
+    """The digest of an environment variable's value as this process's run started;
+    "<unset>"."""
+    value = start_environment().get(name)
     return "<unset>" if value is None else digest(os.fsencode(value))
 
 

@@ -54,6 +54,8 @@ def collecting_options(args: list[str]) -> list[str]:
             continue
         if not arg.startswith("-") or arg == "-":
             continue
+        if not arg.startswith("--") and all(f"-{c}" in _OUTPUT_FLAGS for c in arg[1:]):
+            continue  # flags given together: -sv, -qx
         name = arg.split("=", 1)[0]
         short = name[:2] if not name.startswith("--") else name
         if name.startswith("--regression") or name in _OUTPUT_FLAGS:
@@ -90,13 +92,13 @@ def pytest_section(path: Path) -> str:
     import configparser
     import json
 
-    from regression.environment.dependencies import pyproject_table
+    from regression.environment.dependencies import toml_table
 
-    if path.suffix == ".toml":
-        tool = pyproject_table(path.parent).get("tool", {}) if path.name == "pyproject.toml" \
-            else {}
-        section = tool.get("pytest", {}) if isinstance(tool, dict) else {}
-        return json.dumps(section, sort_keys=True, default=str)
+    if path.suffix == ".toml":  # pyproject.toml's [tool.pytest...]; pytest.toml's [pytest]
+        table = toml_table(path)
+        if path.name == "pyproject.toml":
+            table = table.get("tool", {}) if isinstance(table.get("tool"), dict) else {}
+        return json.dumps(table.get("pytest", {}), sort_keys=True, default=str)
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read_string(path.read_text(encoding="utf-8"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 import threading
 import time
 from contextlib import contextmanager
@@ -255,10 +254,6 @@ def _note_imported(module: ModuleType, name: str, fromlist: Sequence[str] | None
         return
 
 
-_STANDARD = tuple(f"{p}{os.sep}" for p in {os.path.realpath(sysconfig.get_paths()[n])
-                                             for n in ("stdlib", "platstdlib")}) + ("<frozen ",)
-
-
 def _note_environment_reads() -> None:
     """Every read of `os.environ` (`os.environ[...]`, `.get`, `in`, `os.getenv` all read an
     item) is noted with the first frame outside the standard library: who asked. Reads by
@@ -275,15 +270,23 @@ def _note_environment_reads() -> None:
 
 
 def _note_variable(key: object) -> None:
-    """Note who read the variable `key`; never raises."""
+    """Note who read the variable `key`: the code that asked os.environ itself (past the
+    mapping's own methods and os.getenv); a read the standard library makes on its caller's
+    behalf (tempfile's TMPDIR, shutil's COLUMNS, expanduser's HOME) is no setting of
+    theirs. Never raises."""
     try:
         frame: FrameType | None = sys._getframe(2)
-        while frame is not None and frame.f_code.co_filename.startswith(_STANDARD):
+        while frame is not None and frame.f_code.co_filename.endswith(_ENVIRON_CODE):
             frame = frame.f_back
         if frame is not None and isinstance(key, str) and _WATCHES:
             _WATCHES[0].saw_variable(key, frame.f_code.co_filename, frame.f_lineno)
     except Exception:  # noqa: BLE001 - the user's read must not fail here
         return
+
+
+_ENVIRON_CODE = (f"{os.sep}os.py", f"{os.sep}_collections_abc.py", "<frozen os>",
+                 "<frozen _collections_abc>")
+"""Where os.environ's own methods (get, setdefault, in) and os.getenv are defined."""
 
 
 def stop_watching() -> None:

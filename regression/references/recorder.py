@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 def plan(suite: Suite, force: bool) -> dict[str, Pending]:
     """The cases that need recording, by node id: not recorded yet, stale or untrusted.
     Where nothing else is to be recorded and the check run stores collections, also those
-    of a test file whose collection at the reference is missing, untrusted or taken under
-    other test code or conditions: any recording stores every file's anew."""
+    of a test file whose collection at the reference is missing, untrusted or taken with
+    other test code: any recording stores every file's anew. One taken under other
+    conditions (PYTEST_ADDOPTS) is not judged, and not recorded for: a per-run value
+    there would record every run."""
     entry, root = suite.entry, suite.reference.settings.root
     todo: dict[str, Pending] = {}
     unserved: dict[str, Pending] = {}
@@ -53,7 +55,7 @@ def plan(suite: Suite, force: bool) -> dict[str, Pending]:
         elif suite.conditions:
             file = nodeid.split("::", 1)[0]
             if file not in files:
-                files[file] = _uncollected(entry, file, harness, suite.conditions)
+                files[file] = _uncollected(entry, file, harness)
             if files[file][0]:
                 unserved[nodeid] = Pending(harness, *files[file])
     if not todo:
@@ -63,7 +65,7 @@ def plan(suite: Suite, force: bool) -> dict[str, Pending]:
     return todo
 
 
-def _uncollected(entry: Entry, file: str, harness: str, conditions: str) -> tuple[str, bool]:
+def _uncollected(entry: Entry, file: str, harness: str) -> tuple[str, bool]:
     """Why the collection of `file` at the reference does not serve the check run, and
     whether that is a fault; ("", False) when it serves."""
     try:
@@ -74,10 +76,7 @@ def _uncollected(entry: Entry, file: str, harness: str, conditions: str) -> tupl
         return "which cases its test file collects at the reference is not stored", False
     if stored.harness != harness:
         return "its test file's cases at the reference were stored for other test code", False
-    if stored.conditions != conditions:
-        return ("its test file's cases at the reference were stored under other pytest "
-                "settings or PYTEST_ADDOPTS"), False
-    return "", False
+    return "", False  # taken under other conditions: not judged, till a recording takes it
 
 
 def _stale(stored: StoredHarness, harness: str, root: Path, known: dict[Path, str]) -> str:

@@ -19,7 +19,10 @@ pytest_plugins = ("regression.plugin",)
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Register this run's plugins, one per concern, as its mode needs them, before any
-    conftest can import the subject."""
+    conftest can import the subject; keep the environment as it is before then."""
+    from regression.environment.start import keep_start_environment
+
+    keep_start_environment()
     try:
         job = current_job()
     except RegressionError as exc:
@@ -48,6 +51,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get(JOB_ENV) and os.getpid() not in _FROZE:
         _FROZE.append(os.getpid())
         gc.freeze()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from regression.environment.start import forget_start_environment
+
+    forget_start_environment()
 
 
 _FROZE: list[int] = []

@@ -79,12 +79,24 @@ def _xdist_args(job: Job | None) -> tuple[str, ...]:
     return ("-n", str(workers))
 
 
+TOOL_VARIABLES = ("REGRESSION_",)
+"""The tool's own variables, which a child takes as they are now (the fork server's
+address is set once the run has started)."""
+
+
 def _child_environment(settings: Settings, job_file: Path | None) -> dict[str, str]:
-    """The environment of a pytest run for `settings`: no GIT_* (a hook's), no xdist worker
-    variables (a worker's child is none), our cache, and the job, if any. The fork server's
-    address stays (a check worker's recording, a new Python, has its workers forked by the
-    check run's server), but for a repeat, whose workers must be new Pythons too."""
-    env = {k: v for k, v in git_environment(os.environ).items()
+    """The environment of a pytest run for `settings`: this process's as its own run started
+    (a recording started by the check run gets nothing its conftests, fixtures or subject
+    set since: the working tree's code could pose as the reference's), with the tool's own
+    variables as they are now; no GIT_* (a hook's), no xdist worker variables (a worker's
+    child is none), our cache, and the job, if any. The fork server's address stays (a
+    check worker's recording, a new Python, has its workers forked by the check run's
+    server), but for a repeat, whose workers must be new Pythons too."""
+    from regression.environment.start import start_environment
+
+    started = {**start_environment(), **{k: v for k, v in os.environ.items()
+                                         if k.startswith(TOOL_VARIABLES)}}
+    env = {k: v for k, v in git_environment(started).items()
            if k != JOB_ENV and not k.startswith("PYTEST_XDIST_")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache

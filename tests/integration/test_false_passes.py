@@ -713,10 +713,14 @@ def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path)
 
 def test_a_case_the_test_code_no_longer_makes_is_no_removal(tmp_path: Path) -> None:
     """Cases the test code stops making on purpose (an edited test file, a helper it
-    imports) are no removal: the reference's collection is taken with that code."""
+    imports) are no removal: the reference's collection is taken with that code. Nor is
+    the placeholder of a parameter set that was empty at the reference (`[NOTSET]`)."""
     repo = listed_repo(tmp_path)
-    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b", "c"]'))
-    assert repo.invoke("test").returncode == 0  # records a, b and c
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b", "c", "z"]'))
+    repo.write("tests/test_new.py", LISTED_TESTS.format(extra="").replace(
+        "subj.MODELS)", "[m for m in subj.MODELS if m == 'z'])"))  # none at the reference
+    first = repo.invoke("test")  # records a, b and c; z is not in the reference
+    assert first.returncode == 0 and "REMOVED" not in output(first), output(first)
     repo.write("tests/listing.py", 'SKIP = ("c",)\n')
     repo.write("tests/test_models.py", LISTED_TESTS.format(extra="import listing").replace(
         "subj.MODELS)", "[m for m in subj.MODELS if m not in listing.SKIP])"))
@@ -756,10 +760,10 @@ def test_model(regression, name):
 
 
 def test_an_option_that_narrows_what_the_tests_collect_is_no_removal(tmp_path: Path) -> None:
-    """A conftest's option decides which cases exist: given in PYTEST_ADDOPTS (which the
-    recording sees too) the reference's collection is taken again with it; given on plain
-    pytest's command line (which no recording sees) nothing is compared. A removal by the
-    subject under the option is still one."""
+    """A conftest's option decides which cases exist: in PYTEST_ADDOPTS unlike the
+    recording's, or on plain pytest's command line (which no recording sees), nothing is
+    compared; once a recording took the collection under the option, a removal by the
+    subject under it is one."""
     repo = listed_repo(tmp_path)
     repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b", "c"]'))
     repo.write("tests/conftest.py", OPTION_CONFTEST)
@@ -769,6 +773,7 @@ def test_an_option_that_narrows_what_the_tests_collect_is_no_removal(tmp_path: P
     assert narrowed.returncode == 0 and "REMOVED" not in output(narrowed), output(narrowed)
     plain = repo.pytest("--only-first", "tests")
     assert plain.returncode == 0 and "REMOVED" not in output(plain), output(plain)
+    assert repo.invoke("gen", "--force", env={"PYTEST_ADDOPTS": "--only-first"}).returncode == 0
     repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["b", "c"]'))
     removed = repo.invoke("test", env={"PYTEST_ADDOPTS": "--only-first"})
     assert removed.returncode == 1, output(removed)

@@ -172,6 +172,49 @@ def test_a_variable_the_subject_reads_is_part_of_what_its_reference_was_recorded
     assert "CHANGED tests/test_subj.py::test_forward" in output(caught)
 
 
+def test_a_variable_the_working_tree_s_subject_sets_never_reaches_the_reference(
+        subject_repo: Repo) -> None:
+    """The working tree's subject sets SUBJ_SCALE as it is imported (a real change: the
+    reference reads it, unset there): `invoke gen` imports it while it collects, and the
+    recording it then starts must not inherit the value, nor any later run's."""
+    subject_repo.write("subj/__init__.py", VARIABLE_SUBJECT.format(default="1.0"))
+    subject_repo.commit("subj reads SUBJ_SCALE")
+    subject_repo.write("subj/__init__.py", 'import os\nos.environ.setdefault("SUBJ_SCALE", '
+                       '"2")\n' + VARIABLE_SUBJECT.format(default="1.0"))
+    generated = subject_repo.invoke("gen", "--reference", "HEAD")
+    assert generated.returncode == 0, output(generated)
+    for run in ("after gen", "again"):
+        caught = subject_repo.invoke("test", "--reference", "HEAD")
+        assert caught.returncode == 1, (run, output(caught))
+        assert "CHANGED tests/test_subj.py::test_forward" in output(caught), run
+        assert "reference up to date" in output(caught), run
+
+
+FIXTURE_SETS_VARIABLE = """\
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def scale():
+    os.environ["SUBJ_SCALE"] = "2"  # as a suite sets HF_HUB_OFFLINE
+"""
+
+
+def test_a_variable_a_fixture_sets_is_taken_as_the_run_started_and_records_once(
+        subject_repo: Repo) -> None:
+    """A session fixture sets the variable the subject reads, in both runs: what counts is
+    its value as each run started (unset), so the next run reuses the reference."""
+    subject_repo.write("subj/__init__.py", VARIABLE_SUBJECT.format(default="1.0"))
+    subject_repo.write("tests/conftest.py", FIXTURE_SETS_VARIABLE)
+    subject_repo.commit("subj reads SUBJ_SCALE, a fixture sets it")
+    for run in ("first", "second"):
+        done = subject_repo.invoke("test", "--reference", "HEAD")
+        assert done.returncode == 0, (run, output(done))
+    assert "reference up to date" in output(done)
+
+
 # The key covers the test code: the test modules, the helpers they import (also a test module
 # imported by another, or a helper imported only while a case runs) and the data files of the
 # test folders. An edit there re-records; it is never taken for a change of the subject.

@@ -9,6 +9,7 @@ import pytest
 from regression.environment.fingerprint import file_digest
 from regression.environment.harness import (HarnessDigests, changed_helpers, extra_harness_files, harness_files,
                                 helper_digests, python_files_under)
+from regression.environment.start import keep_start_environment
 
 
 @pytest.fixture
@@ -149,6 +150,8 @@ def test_a_variable_read_is_a_helper_by_its_value_and_changes_with_it(
         tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SUBJ_SCALE", "2")
     monkeypatch.delenv("SUBJ_UNSET", raising=False)
+    keep_start_environment()  # as a run starts
+    monkeypatch.setenv("SUBJ_UNSET", "set as the run went on: not what it started with")
     (tree / "$odd.py").write_text("x = 1\n")  # a file named like a variable stays a file
     helpers = helper_digests(tree, [tree / "$odd.py"],
                              ["SUBJ_SCALE", "SUBJ_UNSET", "REGRESSION_JOB", "PYTEST_CURRENT_TEST",
@@ -156,7 +159,8 @@ def test_a_variable_read_is_a_helper_by_its_value_and_changes_with_it(
     assert sorted(helpers) == ["$SUBJ_SCALE", "$SUBJ_UNSET", "./$odd.py"]
     assert helpers["$SUBJ_UNSET"] == "<unset>"
     assert changed_helpers(tree, helpers) == []
-    monkeypatch.setenv("SUBJ_UNSET", "")
     monkeypatch.setenv("SUBJ_SCALE", "3")
+    assert changed_helpers(tree, helpers) == []  # not so as this run started
+    keep_start_environment()  # the next run
     assert changed_helpers(tree, helpers) == ["environment variable SUBJ_SCALE",
                                               "environment variable SUBJ_UNSET"]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from regression.plugin.common import collecting_options, exception_reason, shown_path, \
-    traceback_frames
+from regression.plugin.common import collecting_options, exception_reason, pytest_section, \
+    shown_path, traceback_frames
 
 
 def _raised(error: BaseException) -> BaseException:
@@ -103,6 +103,7 @@ def test_an_error_raised_in_the_users_code_names_one_place(tmp_path: Path) -> No
     (["-q", "-x", "-rN", "--tb=short", "--tb", "line", "-kfoo", "-n2", "--regression-strict",
       "--regression-durations=d.json", "-W", "ignore::DeprecationWarning"], []),
     (["--only-first"], ["--only-first"]),  # a conftest's option
+    (["-sv", "-qx", "-vv"], []), (["-sz"], ["-sz"]),  # flags given together
     (["-c", "other.ini", "tests"], ["-c"]),  # its value is read as a path
     (["-o", "python_files=check_*.py"], ["-o"]),
     (["--import-mode=importlib", "-m", "slow"], ["--import-mode=importlib"]),
@@ -112,3 +113,26 @@ def test_an_error_raised_in_the_users_code_names_one_place(tmp_path: Path) -> No
 def test_the_options_that_may_decide_what_a_file_collects(args: list[str],
                                                           found: list[str]) -> None:
     assert collecting_options(args) == found
+
+
+@pytest.mark.parametrize(("name", "before", "after"), [
+    ("pyproject.toml", '[project]\nversion = "1"\n[tool.pytest.ini_options]\naddopts = "-q"\n',
+     '[project]\nversion = "2"\n[tool.pytest.ini_options]\naddopts = "-q -x"\n'),
+    ("pytest.toml", '[pytest]\npython_functions = ["test_*"]\n',
+     '[pytest]\npython_functions = ["test_forward"]\n'),
+    ("pytest.ini", "[pytest]\nmarkers = slow\n", "[pytest]\nmarkers = slow\nmodels = a\n"),
+    ("setup.cfg", "[metadata]\nname = x\n[tool:pytest]\naddopts = -q\n",
+     "[metadata]\nname = y\n[tool:pytest]\naddopts = -q -p myplugin\n"),
+])
+def test_pytest_s_section_of_its_settings_file_is_what_counts(
+        tmp_path: Path, name: str, before: str, after: str) -> None:
+    """pytest's own section, in each kind of settings file: an edit there counts, one of the
+    rest of the file (a version) does not."""
+    path = tmp_path / name
+    path.write_text(before)
+    first = pytest_section(path)
+    assert first not in ("", "{}")
+    path.write_text(before.replace('"1"', '"9"').replace("name = x", "name = z"))
+    assert pytest_section(path) == first
+    path.write_text(after)
+    assert pytest_section(path) != first

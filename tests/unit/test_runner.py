@@ -10,6 +10,7 @@ import pytest
 
 from regression.config.settings import Settings
 from regression.config.paths import CACHE_DIR_ENV, NO_DEFAULT_CACHE_ENV
+from regression.environment.start import forget_start_environment, keep_start_environment
 from regression.run.job import JOB_ENV
 from regression.run.launch import _child_environment, _started_as_pytest
 
@@ -25,13 +26,19 @@ def test_pytest_here_sees_the_root_and_the_child_environment_and_leaves_nothing(
     monkeypatch.setenv("KEPT", "yes")
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
     monkeypatch.delenv(NO_DEFAULT_CACHE_ENV)  # the default location, in tmp_path: the child's
+    keep_start_environment()  # as a run starts
+    monkeypatch.setenv("SET_AS_THE_RUN_WENT", "by a conftest")
+    monkeypatch.setenv("REGRESSION_FORK_SERVER", "set as the run went: the tool's own")
     settings = Settings(path=tmp_path / "config.yaml", reference="HEAD", subject_packages=("s",))
     before = _state()
-    with _started_as_pytest(settings, _child_environment(settings, tmp_path / "job.json")):
+    child = _child_environment(settings, tmp_path / "job.json")
+    forget_start_environment()
+    with _started_as_pytest(settings, child):
         assert Path.cwd() == tmp_path
         assert sys.path[0] == str(tmp_path)  # where `python -m` puts the current folder
         assert "GIT_DIR" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ
-        assert os.environ["KEPT"] == "yes"
+        assert os.environ["KEPT"] == "yes" and "SET_AS_THE_RUN_WENT" not in os.environ
+        assert os.environ["REGRESSION_FORK_SERVER"] == "set as the run went: the tool's own"
         assert os.environ[JOB_ENV] == str(tmp_path / "job.json")
         assert os.environ[CACHE_DIR_ENV] == str(settings.cache_dir)
         assert sys.dont_write_bytecode

@@ -154,7 +154,8 @@ def test_reads_by_others_and_copies_of_the_environment_are_not_the_subject_s_set
     _read_in(watched.project / "tests", "test_x.py", "os.environ.get('TEST_SWITCH')\n")
     _read_in(watched.project / "subj", "spawn.py",
              "env = dict(os.environ)\nfor k in ('A1', 'A2', 'A3', 'A4'): os.environ.get(k)\n"
-             "copied = os.environ.copy()\n")
+             "copied = os.environ.copy()\nimport shutil, tempfile\n"
+             "shutil.get_terminal_size()\nos.path.expanduser('~')\n")  # the stdlib's own
     os.environ.get("THIS_TEST_ONLY")  # this file lies outside the watched project
     assert watched.variables_read() == []
     stop_watching()
