@@ -232,6 +232,22 @@ def editable_source(found: metadata.Distribution) -> Path | None:
     return folder if folder is not None and folder.is_dir() else None
 
 
+def editable_code(found: metadata.Distribution, source: Path) -> list[Path]:
+    """The packages and modules of an editable install in its `source` folder, as its
+    top_level.txt names them (flat or src/ layout): what it imports, not its data folders,
+    documents or tests beside them; [] when it names none that is there."""
+    found_paths = []
+    for name in (found.read_text("top_level.txt") or "").split():
+        for folder in (source, source / "src"):
+            if (folder / name).is_dir():
+                found_paths.append(folder / name)
+                break
+            if (folder / f"{name}.py").is_file():
+                found_paths.append(folder / f"{name}.py")
+                break
+    return found_paths
+
+
 def source_files(folder: Path) -> Iterator[Path]:
     """The files under an editable install's `folder`, code and data (a model config in
     JSON is as much its code as a module): hidden folders, bytecode caches, packaging

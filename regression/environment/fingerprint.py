@@ -15,7 +15,8 @@ import xxhash
 
 from regression.config.settings import Settings
 from regression.environment.dependencies import Requirement, distribution_requirements, \
-    distributions_of, editable_source, file_requirements, normalized, project_name, source_files
+    distributions_of, editable_code, editable_source, file_requirements, normalized, \
+    project_name, source_files
 from regression.environment.dependencies import declared as declared_requirements
 from regression.environment.determinism import no_cuda_message
 from regression.errors import DeterminismError
@@ -205,14 +206,17 @@ def packages_in(parts: Mapping[str, str]) -> list[str]:
 
 def installed_code(found: metadata.Distribution) -> str:
     """What, besides its version, names the code an installed distribution holds: for an
-    editable install, the digest of the files in its source folder (source_files; it
-    changes under one version as it is edited); else the digest of the files pip installed, as its RECORD
+    editable install, the digest of the files of its packages in its source folder, or of
+    the whole folder where it names none (source_files; it changes under one version as it
+    is edited); else the digest of the files pip installed, as its RECORD
     hashes them (a package rebuilt locally under its old version differs there); "" when
     neither can be read. Installer details (INSTALLER, direct_url.json) are left out."""
     source = editable_source(found)
     hasher = content_hasher()
     if source is not None:
-        files = sorted(source_files(source))
+        code = editable_code(found, source)
+        files = sorted(path for place in code or [source] for path in (
+            source_files(place) if place.is_dir() else [place]))
         for path in files:
             hasher.update(f"{path.relative_to(source).as_posix()}\0{_content_id(path)}\n"
                           .encode())

@@ -198,3 +198,25 @@ def test_a_direct_url_that_names_no_editable_folder_falls_back_to_the_record(
         tmp_path: Path, direct_url: str) -> None:
     found = installed(tmp_path, RECORD, direct_url)
     assert installed_code(found) == installed_code(installed(tmp_path / "plain", RECORD))
+
+
+def test_an_editable_install_that_names_its_packages_is_keyed_by_them_alone(
+        tmp_path: Path) -> None:
+    """top_level.txt names its packages (here in a src/ layout): a data folder, documents
+    or tests beside them are not its code, and are not read each run."""
+    source = tmp_path / "src-checkout"
+    (source / "src/lib").mkdir(parents=True)
+    (source / "data").mkdir()
+    (source / "src/lib/__init__.py").write_text("SCALE = 1\n")
+    (source / "src/lib/config.json").write_text('{"width": 4}')
+    (source / "data/big.bin").write_bytes(b"d" * 1000)
+    url = json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}})
+    found = installed(tmp_path, "", url)
+    (tmp_path / "site/lib-1.0.dist-info/top_level.txt").write_text("lib\n")
+    before = installed_code(found)
+    assert before.startswith("editable, 2 files ")
+    (source / "data/big.bin").write_bytes(b"e" * 1000)
+    (source / "README.md").write_text("docs")
+    assert installed_code(found) == before
+    (source / "src/lib/config.json").write_text('{"width": 8}')
+    assert installed_code(found) != before
