@@ -46,6 +46,9 @@ class CaseAccounts:
     """What went wrong besides the cases' verdicts: reported at the end, and the run fails."""
     durations: dict[str, float] = field(default_factory=dict)
     """The seconds each regression case took (all its phases)."""
+    gone: set[str] = field(default_factory=set)
+    """Cases declared removed that neither this run nor the reference collects: the
+    reference holds the removal, and the declaration is stale."""
 
     def error(self, text: str) -> None:
         """An error for the end of the run, said once however often it is found."""
@@ -108,7 +111,7 @@ class CaseAccounts:
         """What an xdist worker hands its controller: JSON-able."""
         return {"expected": sorted(self.expected or ()), "label": self.label,
                 "outcomes": [outcome_data(o) for o in self.outcomes.values()],
-                "errors": self.errors, "durations": self.durations}
+                "errors": self.errors, "durations": self.durations, "gone": sorted(self.gone)}
 
     def merge(self, data: dict[str, Any]) -> None:
         """A worker's ledger, merged into its controller's."""
@@ -119,6 +122,7 @@ class CaseAccounts:
         for text in data["errors"]:
             self.error(text)
         self.durations.update(data["durations"])
+        self.gone.update(data.get("gone", ()))
 
 
 def outcome_data(outcome: CaseOutcome) -> dict[str, Any]:

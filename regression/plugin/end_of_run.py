@@ -145,7 +145,12 @@ class EndOfRun:
         from regression.declarations import REMOVAL, by_case
 
         declared = by_case(self.job.declarations if self.job is not None else ())
-        for nodeid in removed_cases(references, self.ledger.collected, self._partial_files()):
+        removed, judged = removed_cases(references, self.ledger.collected,
+                                        self._partial_files())
+        self.ledger.gone |= {case for case, d in declared.items() if d.size == REMOVAL
+                             and case.split("::", 1)[0] in judged and case not in removed
+                             and case not in references.collected}
+        for nodeid in removed:
             file = nodeid.split("::", 1)[0]
             detail = (f"collected at the reference {references.label}, not here, by the same "
                       "test code: the subject's change removed it")
@@ -231,22 +236,22 @@ class EndOfRun:
 
 
 def removed_cases(references: ReadyReferences, collected: set[str], partial: set[str]
-                  ) -> list[str]:
+                  ) -> tuple[list[str], set[str]]:
     """The regression cases the reference collected (as its recordings stored) and this run
     did not (`collected`: every test it collected), in the files it collected whole whose
     harness, helpers and conditions (pytest's settings, PYTEST_ADDOPTS) are unchanged
-    since: only the subject can have removed those."""
+    since: only the subject can have removed those; and the files so judged."""
     from regression.environment.harness import changed_helpers
     from regression.errors import StoreError
 
     suite = references.suite
     if not suite.conditions:
-        return []  # the run's own options may decide what it collects: nothing to go by
+        return [], set()  # the run's own options may decide what it collects: nothing to go by
     root = suite.reference.settings.root
     rootdir = references.harness.rootdir
     files = {nodeid.split("::", 1)[0] for nodeid in collected} - partial
     known: dict[Path, str] = {}
-    removed = []
+    removed, judged = [], set()
     for file in sorted(files):
         try:
             stored = references.entry.collection(file)
@@ -256,8 +261,9 @@ def removed_cases(references: ReadyReferences, collected: set[str], partial: set
                 or stored.harness != references.harness.of(rootdir / file) \
                 or changed_helpers(root, stored.helpers, known):
             continue
+        judged.add(file)
         removed += [c for c in stored.cases if c not in references.collected]
-    return removed
+    return removed, judged
 
 
 def _named(outcomes: list[CaseOutcome]) -> list[str]:

@@ -24,12 +24,14 @@ def require_step_summary() -> None:
 
 
 def stale_of(ledger: CaseAccounts, declarations: Sequence[Declaration]) -> list[Declaration]:
-    """The declarations of the cases this run found identical."""
+    """The declarations of the cases this run found identical, and of those declared
+    removed that the reference no longer has either."""
     if not declarations:
         return []
     from regression.declarations import stale
 
-    return stale(declarations, ledger.outcomes.values())
+    return [*stale(declarations, ledger.outcomes.values()),
+            *(d for d in declarations if d.case in ledger.gone)]
 
 
 def write_step_summary(ledger: CaseAccounts, declarations: Sequence[Declaration] = ()) -> None:

@@ -670,7 +670,7 @@ def listed_repo(tmp_path: Path) -> Repo:
 REMOVED_C = "REMOVED tests/test_models.py::test_model[c]"
 
 
-@pytest.mark.slow  # eleven runs of one history
+@pytest.mark.slow  # twelve runs of one history
 def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path) -> None:
     """The subject stops listing a model its tests are parametrized over: the case the
     reference collected is reported, recorded beside the check (cold) or not (warm), with
@@ -709,6 +709,12 @@ def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path)
     declared = repo.invoke("test")
     assert declared.returncode == 0, output(declared)
     assert "DECLARED tests/test_models.py::test_model[c]: c is retired" in output(declared)
+    repo.commit("c is retired")
+    repo.git("tag", "v2")
+    repo.write("config.yaml", CONFIG.format(reference="v2", path="."))
+    moved = repo.invoke("test")  # the reference holds the removal: the declaration is stale
+    assert moved.returncode == 0, output(moved)
+    assert "STALE tests/test_models.py::test_model[c]" in output(moved)
 
 
 def test_a_case_the_test_code_no_longer_makes_is_no_removal(tmp_path: Path) -> None:
