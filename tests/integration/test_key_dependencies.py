@@ -175,16 +175,19 @@ def test_a_variable_the_subject_reads_is_part_of_what_its_reference_was_recorded
 def test_a_variable_the_working_tree_s_subject_sets_never_reaches_the_reference(
         subject_repo: Repo) -> None:
     """The working tree's subject sets SUBJ_SCALE as it is imported (a real change: the
-    reference reads it, unset there): `invoke gen` imports it while it collects, and the
-    recording it then starts must not inherit the value, nor any later run's."""
+    reference reads it, unset there), by a root conftest too (in xdist's controller, before
+    its workers start): `invoke gen` imports it while it collects, and the recording it then
+    starts must not inherit the value, nor any later run's, nor a worker's."""
     subject_repo.write("subj/__init__.py", VARIABLE_SUBJECT.format(default="1.0"))
+    subject_repo.write("conftest.py", "import subj  # noqa: F401\n")
     subject_repo.commit("subj reads SUBJ_SCALE")
     subject_repo.write("subj/__init__.py", 'import os\nos.environ.setdefault("SUBJ_SCALE", '
                        '"2")\n' + VARIABLE_SUBJECT.format(default="1.0"))
     generated = subject_repo.invoke("gen", "--reference", "HEAD")
     assert generated.returncode == 0, output(generated)
-    for run in ("after gen", "again"):
-        caught = subject_repo.invoke("test", "--reference", "HEAD")
+    for run in ("after gen", "again", "--workers 2"):
+        caught = subject_repo.invoke("test", "--reference", "HEAD", *run.split()[:2]
+                                     if run.startswith("--") else ())
         assert caught.returncode == 1, (run, output(caught))
         assert "CHANGED tests/test_subj.py::test_forward" in output(caught), run
         assert "reference up to date" in output(caught), run

@@ -30,9 +30,9 @@ def test_pytest_here_sees_the_root_and_the_child_environment_and_leaves_nothing(
     monkeypatch.setenv("SET_AS_THE_RUN_WENT", "by a conftest")
     monkeypatch.setenv("REGRESSION_FORK_SERVER", "set as the run went: the tool's own")
     settings = Settings(path=tmp_path / "config.yaml", reference="HEAD", subject_packages=("s",))
-    before = _state()
     child = _child_environment(settings, tmp_path / "job.json")
     forget_start_environment()
+    before = _state()
     with _started_as_pytest(settings, child):
         assert Path.cwd() == tmp_path
         assert sys.path[0] == str(tmp_path)  # where `python -m` puts the current folder
