@@ -232,6 +232,7 @@ def test_facts(regression):
                     for k, v in os.environ.items()
                     if k not in ("REGRESSION_JOB", "FACTS", "COUNT_LOG",
                                  "REGRESSION_FORK_SERVER",  # where a server is, its address
+                                 "REGRESSION_START_ENVIRON",  # the check run's, its pid
                                  "PYTEST_XDIST_TESTRUNUID")},  # a new one each run
         "threads": torch.get_num_threads(),
         "seed": torch.initial_seed(),
