@@ -34,8 +34,8 @@ def plan(suite: Suite, force: bool) -> dict[str, Pending]:
     Where nothing else is to be recorded and the check run stores collections, also those
     of a test file whose collection at the reference is missing, untrusted or taken with
     other test code: any recording stores every file's anew. One taken under other
-    conditions (PYTEST_ADDOPTS) is not judged, and not recorded for: a per-run value
-    there would record every run."""
+    conditions (pytest's settings, PYTEST_ADDOPTS) is not judged, and not recorded for: a
+    per-run value there would record every run."""
     entry, root = suite.entry, suite.reference.settings.root
     todo: dict[str, Pending] = {}
     unserved: dict[str, Pending] = {}

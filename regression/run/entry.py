@@ -55,6 +55,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run has ended: its start environment is no longer what this process hands on."""
     from regression.environment.start import forget_start_environment
 
     forget_start_environment()
