@@ -25,6 +25,7 @@ from regression.errors import RegressionError
 from regression.run import forkserver
 from regression.run.lifeline import ending_with_this_process
 from regression.repository.gitcmd import git_environment
+from regression.environment.start import in_run, start_environment, without_hand_on
 from regression.run.job import GEN_ONLY, JOB_ENV, PROGRESS, CheckJob, CollectJob, Job, RecordJob, \
     ReproduceJob
 from regression.run.types import Echo
@@ -92,12 +93,13 @@ def _child_environment(settings: Settings, job_file: Path | None) -> dict[str, s
     child is none), our cache, and the job, if any. The fork server's address stays (a
     check worker's recording, a new Python, has its workers forked by the check run's
     server), but for a repeat, whose workers must be new Pythons too."""
-    from regression.environment.start import start_environment
 
     started = {**start_environment(), **{k: v for k, v in os.environ.items()
                                          if k.startswith(TOOL_VARIABLES)}}
     env = {k: v for k, v in git_environment(started).items()
            if k != JOB_ENV and not k.startswith("PYTEST_XDIST_")}
+    if not in_run():
+        env = without_hand_on(env)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[CACHE_DIR_ENV] = str(settings.cache_dir)  # `compare` runs in a worktree: our cache
     if job_file is not None:
@@ -122,6 +124,8 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
         arguments = _pytest_args(settings, args, job)
         command = [sys.executable, "-m", "pytest", *arguments]
         env = _child_environment(settings, job_file)
+        if job is None or isinstance(job, (CheckJob, CollectJob)):
+            env = without_hand_on(env)  # a run on its own: it takes its own start
         if isinstance(job, ReproduceJob):  # a repeat, and its workers, are new Pythons: a
             env.pop(forkserver.ADDRESS_ENV, None)  # fork has its parent's string hashes and
             # memory layout, so it could not show nondeterminism that comes from them
@@ -287,7 +291,8 @@ def run_forked(settings: Settings, args: Sequence[str], job: CheckJob | CollectJ
     with scratch_folder("job") as folder:
         job_file = Path(folder) / "job.json"
         job.save(job_file)
-        environment = _child_environment(settings, job_file)  # its errors are this process's
+        environment = without_hand_on(_child_environment(settings, job_file))  # its errors
+        # are this process's; the run takes its own start environment
         forkserver.prepare_fork()
         ending = ending_with_this_process()
         pid = os.fork()

@@ -218,6 +218,35 @@ def test_a_variable_a_fixture_sets_is_taken_as_the_run_started_and_records_once(
     assert "reference up to date" in output(done)
 
 
+INNER_RUN = """\
+pytest_plugins = ["pytester"]
+
+
+def test_inner(pytester):
+    pytester.makepyfile(test_nested_x="def test_x(): pass")
+    pytester.runpytest("-p", "no:torch_regression").assert_outcomes(passed=1)
+"""
+
+
+def test_a_start_environment_is_the_run_s_own_not_a_leftover_nor_an_inner_run_s(
+        subject_repo: Repo) -> None:
+    """A hand-on left in the environment by another run (exported by mistake, or inherited
+    by a run started from inside a test) is not taken; a pytest run inside a case (pytester,
+    in-process) gives the run around it its own back when it ends."""
+    subject_repo.write("subj/__init__.py", VARIABLE_SUBJECT.format(default="1.0").replace(
+        '"{default}"))'.format(default="1.0"),
+        '"1.0")) + float(os.environ.get("SUBJ_SHIFT", "0"))'))
+    subject_repo.write("conftest.py", 'import os\nos.environ["SUBJ_SCALE"] = "2"\n')
+    subject_repo.write("tests/test_inner.py", INNER_RUN)  # runs before tests/test_subj.py
+    subject_repo.commit("a conftest sets SUBJ_SCALE; a test runs pytest inside")
+    leftover = json.dumps({"pid": 1, "environ": {"PATH": os.environ["PATH"]}})  # no shift
+    for run in ("first", "again"):
+        done = subject_repo.invoke("test", "--reference", "HEAD",
+                                   env={"REGRESSION_START_ENVIRON": leftover, "SUBJ_SHIFT": "1"})
+        assert done.returncode == 0, (run, output(done))
+    assert "reference up to date" in output(done)
+
+
 # The key covers the test code: the test modules, the helpers they import (also a test module
 # imported by another, or a helper imported only while a case runs) and the data files of the
 # test folders. An edit there re-records; it is never taken for a change of the subject.
