@@ -180,10 +180,11 @@ class Entry:
         folder = self.directory / COLLECTIONS
         for path in [] if folder.is_symlink() else sorted(folder.glob("*.json")):
             try:
-                file = str(load_verified(path).get("file"))
+                body = load_verified(path)
+                file = str(body.get("file"))
                 if path.name != f"{case_id(file)}.json":
                     raise StoreError(f"{path} holds the cases of {file!r}, another file's name")
-                self.collection(file)
+                collection_from(body, file, self.key, str(path))
             except CacheError as exc:
                 problems.append(str(exc))
         return problems
@@ -315,9 +316,12 @@ class Entry:
         when none is stored; StoreError when what is stored cannot be trusted."""
         folder = self.directory / COLLECTIONS
         path = folder / f"{case_id(file)}.json"
-        if folder.is_symlink() or not os.path.lexists(path):
+        found = stamp(path)
+        if folder.is_symlink() or (found is None and not os.path.lexists(path)):
             return None
-        return collection_from(load_verified(path), file, self.key, str(path))
+        # read once a run (the plan, then the end of the run), again only once it changed
+        return self._load_once(path, lambda p: collection_from(load_verified(p), file,
+                                                                self.key, str(p)), found)
 
     def _tensor_files(self, cid: str) -> set[str]:
         """The tensor files of a case in the cases folder, from one listing per entry and
