@@ -149,7 +149,7 @@ class EndOfRun:
                                         self._partial_files())
         self.ledger.gone |= {case for case, d in declared.items() if d.size == REMOVAL
                              and case.split("::", 1)[0] in judged and case not in removed
-                             and case not in references.collected}
+                             and case not in self.ledger.collected}
         for nodeid in removed:
             file = nodeid.split("::", 1)[0]
             detail = (f"collected at the reference {references.label}, not here, by the same "
@@ -262,7 +262,7 @@ def removed_cases(references: ReadyReferences, collected: set[str], partial: set
                 or changed_helpers(root, stored.helpers, known):
             continue
         judged.add(file)
-        removed += [c for c in stored.cases if c not in references.collected]
+        removed += [c for c in stored.cases if c not in collected]
     return removed, judged
 
 

@@ -63,8 +63,6 @@ class ReadyReferences:
     generation: Generation | None
     beside: RecordingBeside | None = None
     """The recording of what was missing, while it goes on beside the check."""
-    collected: frozenset[str] = frozenset()
-    """Every regression case this process collected, of every shard, deselected or not."""
 
     @property
     def entry(self) -> Entry:

@@ -104,7 +104,6 @@ class NeededReferences:
         """The suite of every collected case, narrowed to the shard; missing references
         recorded (only for cases that will run, unless `record` is off): first, or beside
         the check (by the recording started early, if any)."""
-        from regression.plugin.common import uses_fixture
         from regression.plugin.state import ReadyReferences
 
         try:
@@ -130,8 +129,7 @@ class NeededReferences:
             beside = self.beside if self.beside is not None and self.beside.suite else None
             return ReadyReferences(suite, harness, frozenset(suite.cases),
                                    spec is None or spec.index == 1,
-                                   None if how == "stored" or beside else generation, beside,
-                                   frozenset(i.nodeid for i in items if uses_fixture(i)))
+                                   None if how == "stored" or beside else generation, beside)
         finally:
             if self.beside is not None and self.beside.suite is None:  # told no case: it ends
                 self.beside.cancel()
