@@ -24,7 +24,7 @@ from regression.report import count
 from regression.run.types import Reference, Suite, at_commit
 from regression.store.cache import Entry
 from regression.store.inventory import BISECT
-from regression.store.record import ABSENT, NONDETERMINISTIC
+from regression.store.record import ABSENT, NONDETERMINISTIC, UNCOLLECTED
 
 if TYPE_CHECKING:
     from regression.compare.outputs import Difference
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 Echo = Callable[[str], None]
 Outputs = dict[str, object]
 Differences = list[tuple[str, list["Difference"]]]
+REMOVED = "\0removed"
+"""The one output a case has at a commit whose tests do not collect it while good's do."""
 
 
 @dataclass
@@ -122,7 +124,10 @@ class OutputsAtCommits:
         found: dict[str, Outputs] = {}
         for case in cases:
             record = entry.load_case(case)
-            if record is None or record.status == ABSENT:
+            if record is not None and record.status == ABSENT and \
+                    record.reason == UNCOLLECTED and sha != self.result.good:
+                found[case] = {REMOVED: record.reason}  # a difference, not a skip
+            elif record is None or record.status == ABSENT:
                 self._skip(sha, case, record.reason if record else "not recorded")
             elif record.status == NONDETERMINISTIC:
                 self.result.nondeterministic[case] = f"at {short(sha)}: {record.reason}"
@@ -175,11 +180,24 @@ def changed_cases(before: dict[str, Outputs], after: dict[str, Outputs]
                  ) -> dict[str, Differences]:
     """The cases of both whose outputs differ, each with every differing output's
     differences."""
-    from regression.compare.outputs import compare_outputs
-
-    found = {case: compare_outputs(outputs, after[case]) for case, outputs in before.items()
+    found = {case: _changed(outputs, after[case]) for case, outputs in before.items()
              if case in after}
     return {case: changed for case, changed in found.items() if changed}
+
+
+def _changed(before: Outputs, after: Outputs) -> Differences:
+    """Each differing output of a case; a case removed (or collected again) as one."""
+    from regression.compare.outputs import SHAPES, Difference, compare_outputs
+
+    if (REMOVED in before) != (REMOVED in after):
+        how = "removed: not collected here" if REMOVED in after else "collected again"
+        return [(REMOVED, [Difference("the case", how, kind=SHAPES)])]
+    return [] if REMOVED in before else compare_outputs(before, after)
+
+
+def removal(changed: Differences) -> bool:
+    """Whether a case's differences are its removal (or its return)."""
+    return bool(changed) and changed[0][0] == REMOVED
 
 
 class Search:
@@ -314,7 +332,7 @@ def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> B
     if differences:
         differ = "differs" if len(differences) == 1 else "differ"
         echo(f"{count(len(differences), 'case')} {differ} between good and bad")
-        at_commits.reproduce(bad, sorted(differences))
+        at_commits.reproduce(bad, sorted(c for c, d in differences.items() if not removal(d)))
     result.cases = sorted(c for c in differences if c not in result.nondeterministic)
     if result.cases:
         echo(f"bisecting {count(len(result.commits), 'commit')} that "
@@ -378,7 +396,8 @@ def _change_at(result: Bisection, sha: str, after: str, hidden: tuple[str, ...])
 def _set_aside_flaky(result: Bisection, at_commits: OutputsAtCommits, bad: str) -> None:
     """Record the cases a scan found changed once more at bad: those that differ from
     themselves are nondeterministic, and their changes are none."""
-    changed = sorted({c for change in result.changes for c in change.cases})
+    changed = sorted({c for change in result.changes for c, d in change.cases.items()
+                      if not removal(d)})  # a case absent at bad has nothing to reproduce
     recorded_at_bad = [c for c in changed if c not in result.skipped.get(bad, {})]
     if recorded_at_bad:
         at_commits.reproduce(bad, recorded_at_bad)
@@ -393,15 +412,36 @@ def _started(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo
     """A bisection of the commits from good to bad, and what records them."""
     commits = commits_between(suite.reference, good, bad)
     subject = ", ".join(subject_pathspecs(suite.reference)[::2])
+    suite = _with_removed(suite, good, cases, echo)
     result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases),
                        subject)
     return result, OutputsAtCommits(suite, echo, result)
 
 
+def _with_removed(suite: Suite, good: str, cases: list[str], echo: Echo) -> Suite:
+    """`suite` with the cases the tests collect with good's subject and not here (of
+    `cases`, where given): removed since good, they are judged too. Unchanged where good's
+    subject cannot be collected with (recording good then says why)."""
+    from regression.run.api import candidate_checkout, collect
+
+    if cases and all(c in suite.cases for c in cases):
+        return suite
+    echo(f"collecting the cases at good {short(good)}, to find those removed since ...")
+    try:
+        with candidate_checkout(suite.reference, good) as subject_root:
+            at_good = collect(suite.reference, subject_root).cases
+    except RegressionError:
+        return suite
+    removed = {c: h for c, h in at_good.items() if c not in suite.cases
+               and (not cases or c in cases)}
+    return replace(suite, cases={**suite.cases, **removed}) if removed else suite
+
+
 def _known(suite: Suite, cases: list[str]) -> list[str]:
-    """`cases`, each checked to be a case of the suite."""
+    """`cases`, each checked to be a case of the suite (here or at good)."""
     unknown = [c for c in cases if c not in suite.cases]
     if unknown:
-        raise RegressionError(f"not a regression case of this suite: {', '.join(unknown)}; "
-                              "give node ids as `invoke shards --list` prints them")
+        raise RegressionError(f"not a regression case of this suite, here or at good: "
+                              f"{', '.join(unknown)}; give node ids as `invoke shards --list` "
+                              "prints them")
     return cases

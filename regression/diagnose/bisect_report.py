@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from regression.diagnose.bisect import Bisection, Change
+from regression.diagnose.bisect import Bisection, Change, Differences, removal
 from regression.repository.gitcmd import short
 from regression.report import count
 
@@ -46,14 +46,14 @@ def bisection_lines(result: Bisection, subject_line: Callable[[str], str]) -> li
 def _first_commit_lines(result: Bisection, change: Change,
                         subject_line: Callable[[str], str]) -> list[str]:
     """One commit changed every case: its first case in full, the others in one line."""
-    from regression.report import changed_detail, mismatch_message
+    from regression.report import mismatch_message
 
     good = short(result.good)
     lines = [f"first commit whose outputs differ from good {good}: {short(change.sha)} "
              f"{subject_line(change.sha)}", *_merged_lines(change)]
     for number, (case, changed) in enumerate(change.cases.items()):
-        if number:
-            lines.append(f"  {case}: {changed_detail(changed)}")
+        if number or removal(changed):
+            lines.append(f"  {case}: {_detail(changed)}")
             continue
         lines.append(f"  {case}:")
         lines += [f"    {line}" for line in
@@ -75,9 +75,7 @@ def _change_lines(result: Bisection, change: Change,
                   subject_line: Callable[[str], str]) -> list[str]:
     """A commit and the cases it changed, one line each; or, where skipped commits hide
     which commit it was, the range and why."""
-    from regression.report import changed_detail
-
-    cases = [f"    {case}: {changed_detail(changed)}" for case, changed in change.cases.items()]
+    cases = [f"    {case}: {_detail(changed)}" for case, changed in change.cases.items()]
     if not change.hidden:
         return [f"  {short(change.sha)} {subject_line(change.sha)}", *_merged_lines(change),
                 *cases]
@@ -89,6 +87,13 @@ def _change_lines(result: Bisection, change: Change,
             f"{subject_line(change.sha)}: {count(len(change.hidden), 'commit')} skipped for "
             f"{whom} because {'; '.join(_because(why, len(change.cases)) for why in reasons)}",
             f"    the first commit could be any of: {could_be}", *cases]
+
+
+def _detail(changed: Differences) -> str:
+    """A changed case in one line; a removed one as that."""
+    from regression.report import changed_detail
+
+    return changed[0][1][0].detail if removal(changed) else changed_detail(changed)
 
 
 def _because(why: str, cases: int) -> str:

@@ -19,7 +19,7 @@ from regression.plugin.worker_messages import ERROR, WorkerMessages
 from regression.plugin.tree_watch import own_reads
 from regression.run.job import RecordingJob, TraceJob
 from regression.store.cache import Entry
-from regression.store.record import Output
+from regression.store.record import UNCOLLECTED, Output
 
 if TYPE_CHECKING:
     from regression.config.settings import Settings
@@ -123,7 +123,7 @@ class RecordingRun:
         if self.collected is None or nodeid in self.collected:
             return ""
         error = self.collect_error_over(nodeid.split("::", 1)[0])
-        return f"{NOT_COLLECTABLE}{error}" if error else "does not exist at the reference"
+        return f"{NOT_COLLECTABLE}{error}" if error else UNCOLLECTED
 
     def collect_error_over(self, path: str) -> str:
         """Why the test file `path`, or a folder above it, failed to collect; "" if neither

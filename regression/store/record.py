@@ -17,6 +17,8 @@ RECORDED = "recorded"
 ABSENT = "absent"
 NONDETERMINISTIC = "nondeterministic"
 """Recorded, but two recordings at the reference differed: never compared."""
+UNCOLLECTED = "does not exist at the reference"
+"""Why an ABSENT case is absent where the reference's tests do not collect it (no error)."""
 
 
 @dataclass(frozen=True)

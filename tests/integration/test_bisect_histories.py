@@ -218,3 +218,52 @@ def test_bisect_over_a_merge_names_the_merge_and_the_branch_to_bisect(tmp_path: 
     assert branch.returncode == 0, output(branch)
     assert f"first commit whose outputs differ from good {base}: {a1} A1 changes a" \
            in output(branch), output(branch)
+
+
+LISTED_TESTS = """\
+import pytest
+
+import subj
+
+
+@pytest.mark.parametrize("name", subj.NAMES)
+def test_model(name, regression):
+    regression.check(subj.forward(name, regression.randn(2, 3)), name="out")
+"""
+
+
+def listed_subject(names: tuple[str, ...], scales: dict[str, float] | None = None) -> str:
+    """The subject, its models listed by the library itself (the tests parametrize over it)."""
+    return subject(scales) + f"\nNAMES = {names!r}\n"
+
+
+@pytest.mark.slow
+def test_bisect_and_scan_name_the_commit_that_removed_a_case(tmp_path: Path) -> None:
+    """The tests parametrize over the library's own list: a commit drops c from it, a later
+    one changes a. The check run says c's cases are removed; bisect (and scan, and --case)
+    name the commit that dropped c, as for a's change; before, c was not judged at all
+    ("nothing differs" where c alone had gone)."""
+    repo = models_repo(tmp_path)
+    repo.write("subj/__init__.py", listed_subject(MODELS))
+    repo.write("tests/test_models.py", LISTED_TESTS)
+    repo.commit("the tests take the library's list")
+    repo.git("tag", "-f", "-a", "v2", "-m", "version 2")
+    shas = commits(repo, [
+        ("harmless", listed_subject(MODELS) + "# a comment\n"),
+        ("drop c", listed_subject(("a", "b", "d"))),
+        ("change a", listed_subject(("a", "b", "d"), {"a": 1.5})),
+    ])
+    done = repo.invoke("bisect", "--good", "v2")
+    text = output(done)
+    assert done.returncode == 0, text
+    assert "collecting the cases at good" in text, text
+    found = listed(text, "each with the cases it changed:")
+    assert found == {shas["drop c"]: [case("c")], shas["change a"]: [case("a")]}, text
+    assert f"    {case('c')}: removed: not collected here" in text, text
+    assert "recording 1 case again (2 of 2)" in text, text  # a's: nothing to repeat for c
+    scan = repo.invoke("bisect", "--good", "v2", "--scan")
+    assert listed(output(scan), "cases judged:\n") == found, output(scan)
+    one = repo.invoke("bisect", "--good", "v2", "--case", case("c"))
+    assert f"differ from good {repo.git('rev-parse', 'v2^{commit}')[:12]}: {shas['drop c']} " \
+           "drop c\n" in output(one), output(one)
+    assert f"  {case('c')}: removed: not collected here" in output(one), output(one)

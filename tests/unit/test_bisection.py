@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from regression.config.settings import Settings
-from regression.diagnose.bisect import OutputsAtCommits, changed_cases, suite_at
+from regression.diagnose.bisect import REMOVED, OutputsAtCommits, changed_cases, removal, \
+    suite_at
 from regression.repository.gitcmd import Repository
 from regression.run.types import Reference, Suite, subject_code
 from regression.store.cache import Entry
@@ -19,6 +20,7 @@ from regression.diagnose.bisect import Bisection
 
 FAILS = None  # the case fails at that commit
 UNREPRODUCED = float("nan")  # stored as nondeterministic at that commit
+GONE = -1.0  # the tests do not collect the case at that commit
 
 
 class History(OutputsAtCommits):
@@ -38,6 +40,8 @@ class History(OutputsAtCommits):
                 self.result.skipped.setdefault(sha, {})[case] = "failed at the reference: boom"
             elif value is UNREPRODUCED:
                 self.result.nondeterministic[case] = f"at {sha}: differs from itself"
+            elif value == GONE:
+                found[case] = {REMOVED: "does not exist at the reference"}
             else:
                 found[case] = {"out": torch.tensor([float(value)])}
         return found
@@ -51,8 +55,9 @@ def search(values: dict[str, list[float | None]]) -> tuple[Bisection, History, l
     commits = [f"{i:012x}" for i in range(1, len(next(iter(values.values()))) + 1)]
     result = Bisection("0" * 12, commits[-1], commits, sorted(values))
     at_good: dict[str, dict[str, object]] = {c: {"out": torch.tensor([0.0])} for c in values}
-    at_bad: dict[str, dict[str, object]] = {c: {"out": torch.tensor([float(v[-1] or 0)])}
-                                            for c, v in values.items()}
+    at_bad: dict[str, dict[str, object]] = {
+        c: {REMOVED: "gone"} if v[-1] == GONE else {"out": torch.tensor([float(v[-1] or 0)])}
+        for c, v in values.items()}
     history, lines = History(result, values), []
     found = Search(result, at_good, changed_cases(at_good, at_bad))
     found.run(history, lines.append)
@@ -96,6 +101,35 @@ def test_a_case_found_nondeterministic_on_the_way_leaves_the_search() -> None:
     assert [(c.sha, list(c.cases)) for c in result.changes] == [("000000000003", ["real"])]
     assert "flaky" in result.nondeterministic
     assert [i for i, case in history.asked if case == "flaky"] == [1]  # never asked again
+
+
+def test_a_case_no_longer_collected_differs_from_good_and_is_found_where_it_went() -> None:
+    result, _, _ = search({"removed": [0, 0, GONE, GONE, GONE], "changed": [0, 0, 0, 1, 1]})
+    found = {c.sha: {case: removal(d) for case, d in c.cases.items()} for c in result.changes}
+    assert found == {"000000000003": {"removed": True}, "000000000004": {"changed": False}}
+    good = {"out": torch.tensor([0.0])}
+    assert changed_cases({"c": good}, {"c": {REMOVED: "x"}})["c"][0][1][0].detail == \
+        "removed: not collected here"
+    assert changed_cases({"c": {REMOVED: "x"}}, {"c": good})["c"][0][1][0].detail == \
+        "collected again"
+    assert changed_cases({"c": {REMOVED: "x"}}, {"c": {REMOVED: "y"}}) == {}
+    assert not removal(changed_cases({"c": good}, {"c": {"out": torch.tensor([1.0])}})["c"])
+
+
+def test_a_removal_is_reported_in_one_line_not_as_an_output() -> None:
+    from regression.diagnose.bisect import Change
+    from regression.diagnose.bisect_report import bisection_lines, scan_lines
+
+    good, bad = "a" * 40, "b" * 40
+    differences = changed_cases({"t.py::x": {"out": torch.tensor([0.0])}},
+                                {"t.py::x": {REMOVED: "gone"}})
+    result = Bisection(good, bad, [bad], ["t.py::x"],
+                       changes=[Change(bad, good, dict(differences))])
+    for lines in (bisection_lines(result, lambda sha: "Drop x"),
+                  scan_lines(result, lambda sha: "Drop x")):
+        text = "\n".join(lines)
+        assert "t.py::x: removed: not collected here" in text, text
+        assert "output '" not in text and "\0" not in text, text
 
 
 def teststeps_left_counts_a_stretch_two_searches_share_once() -> None:
