@@ -68,7 +68,8 @@ def main() -> None:
     for name, samples in taken.items():
         print(f"{name:24} CPU {statistics.median(samples):.2f} s (from {min(samples):.2f} to "
               f"{max(samples):.2f}, {len(samples)} rounds)")
-    print(f"warm / plain: {statistics.median(taken['warm invoke test']) / statistics.median(taken['plain pytest']):.2f}")
+    ratio = statistics.median(taken['warm invoke test']) / statistics.median(taken['plain pytest'])
+    print(f"warm / plain: {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The invoke tasks' import path that users write in their tasks.py: `from regression.tasks import ns`."""
+"""The invoke tasks' import path that users write in their tasks.py:
+`from regression.tasks import ns`."""
 
 from __future__ import annotations
 

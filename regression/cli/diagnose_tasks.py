@@ -54,7 +54,8 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
 
 
 def _explain(case: str, reference: str | None, html: str | None) -> None:
-    require_filled(("--case", case), ("--reference", reference), ("--html", html), required="--case")
+    require_filled(("--case", case), ("--reference", reference), ("--html", html),
+                   required="--case")
     from regression.diagnose.explain import explain as compare_traces
     from regression.diagnose.explain_report import explanation_lines
     from regression.diagnose.tracing import pick_case, traced, write_page

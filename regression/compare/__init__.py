@@ -1,1 +1,2 @@
-"""How two outputs differ: nested values compared bit for bit, two tensors' differences in numbers and words."""
+"""How two outputs differ: nested values compared bit for bit, two tensors' differences in
+numbers and words."""

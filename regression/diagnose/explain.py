@@ -84,7 +84,8 @@ class Verdicts:
         if all(before.tensors_in[path][1] == content[1]
                for path, content in after.tensors_in.items()):
             return SAME
-        found = tensor_layouts(self.reference.call_inputs(before), self.candidate.call_inputs(after))
+        found = tensor_layouts(self.reference.call_inputs(before),
+                               self.candidate.call_inputs(after))
         if found is None:
             return DIFF
         self.layouts[after.key] = [f"input{path}: {how}" for path, how in found.items()]

@@ -45,8 +45,10 @@ code, pre, .name, .kind, .rel { font-family: ui-monospace, monospace; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; white-space: pre-wrap; }
 .mark { display: inline-block; min-width: 3.6em; text-align: center; border-radius: 3px;
         font: 11px/1.6 ui-monospace, monospace; margin-right: .3em; }
-.mark.same { background: #dafbe1; color: #116329; } .mark.diff { background: #ffd8d3; color: #a40e26; }
-.mark.new { background: #ddf4ff; color: #0550ae; } .mark.layout { background: #fff1c2; color: #7d4e00; }
+.mark.same { background: #dafbe1; color: #116329; }
+.mark.diff { background: #ffd8d3; color: #a40e26; }
+.mark.new { background: #ddf4ff; color: #0550ae; }
+.mark.layout { background: #fff1c2; color: #7d4e00; }
 .mark.unknown { background: #eaeef2; color: #57606a; }
 .row { display: flex; align-items: center; gap: .4em; padding: 1px 4px; white-space: nowrap; }
 .row.here { background: #fff8c5; outline: 2px solid #d4a72c; }
@@ -60,7 +62,8 @@ text-align: left; vertical-align: top; }
 .legend li { display: inline-block; margin-right: 1.2em; }
 .row.head { color: #57606a; font-size: 12px; } .row.head .mark { font: inherit; }
 .dot.same, .dot.layout { fill: #2da44e; } .dot.diff { fill: #cf222e; }
-.dot.here { stroke: #d4a72c; stroke-width: 3; } svg text.here-label { fill: #9a6700; font-weight: 600; }
+.dot.here { stroke: #d4a72c; stroke-width: 3; }
+svg text.here-label { fill: #9a6700; font-weight: 600; }
 """
 
 

@@ -1,1 +1,2 @@
-"""What changes the bits: the key of an environment, its packages, the harness files, and the determinism settings a process applies."""
+"""What changes the bits: the key of an environment, its packages, the harness files, and
+the determinism settings a process applies."""

@@ -38,8 +38,9 @@ def no_cuda_message() -> str:
 
     build = torch.version.cuda or "none: a CPU build"
     return ("the cases are to run on device cuda (config.yaml's device, or --device), but no "
-            "CUDA device is visible to this process, so nothing would run on a GPU. Check `python -c 'import torch; "
-            "print(torch.cuda.is_available())'`, that torch is a CUDA build (this one's CUDA: "
+            "CUDA device is visible to this process, so nothing would run on a GPU. Check "
+            "`python -c 'import torch; print(torch.cuda.is_available())'`, that torch is a "
+            "CUDA build (this one's CUDA: "
             f"{build}), that CUDA_VISIBLE_DEVICES does not hide the GPU and that the driver is "
             "loaded (nvidia-smi); or run on the cpu (device: cpu)")
 

@@ -126,7 +126,8 @@ def exception_reason(error: BaseException, tb_frames: list[tuple[str, int]],
     error = _unwrapped(error)
     if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)):
         return str(error.msg)[:500]
-    from regression.environment.determinism import nondeterministic_operation_hint  # not in runs without cases
+    # not imported in runs without cases
+    from regression.environment.determinism import nondeterministic_operation_hint
 
     message = f"{type(error).__name__}: {error}".strip().rstrip(":")
     hint = nondeterministic_operation_hint(str(error))

@@ -151,7 +151,8 @@ class Judge:
         if record.harness != references.harness.of(item.path):
             return ("the test file or a conftest.py changed since the reference was recorded; "
                     f"{FIX} again")
-        from regression.environment.harness import changed_helpers  # config and hashing: not in plain runs
+        # config and hashing: not imported in plain runs
+        from regression.environment.harness import changed_helpers
 
         changed = changed_helpers(references.suite.reference.settings.root, record.helpers,
                                   self.helper_digests)

@@ -1,1 +1,2 @@
-"""The user's git repository: the one place that runs git, revisions to commits, the reference's worktree."""
+"""The user's git repository: the one place that runs git, revisions to commits, the
+reference's worktree."""

@@ -13,8 +13,8 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from regression.errors import CacheError, CacheWriteError, StoreError
 from regression.environment.fingerprint import FORMAT_VERSION, differing_parts, key_of
-from regression.store.cachedir import (CASES, COLLECTIONS, ENTRY_FILE, LAST_USED, EntryLock, ensure_cache_root,
-                                       lock_path, remove_folder, with_fix)
+from regression.store.cachedir import (CASES, COLLECTIONS, ENTRY_FILE, LAST_USED, EntryLock,
+                                       ensure_cache_root, lock_path, remove_folder, with_fix)
 from regression.store.files import Layout, Stamp, dump_verified, load_verified, stamp_of, \
     verified_layout, write_atomic, write_error
 from regression.store.record import (TENSOR_FILE, CaseRecord, Collection, Output, StagedCase,

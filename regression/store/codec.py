@@ -16,7 +16,8 @@ from regression.nodes import COMPLEX_PARTS, MAX_DEPTH, NamedValues, deep_label, 
 from regression.store.digest import TensorDigest, digest_tensor
 from regression.store.tensorbytes import DTYPES, NAMES, byte_blocks, complex_name, dtype_name, \
     resolved
-from regression.store.tensorfile import LENGTH_BYTES, Slot, build_header, header_length, parse_header
+from regression.store.tensorfile import LENGTH_BYTES, Slot, build_header, header_length, \
+    parse_header
 
 Node = dict[str, Any]
 

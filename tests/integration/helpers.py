@@ -275,8 +275,9 @@ def venv_with_wheel(wheel: Path, folder: Path) -> str:
     one's packages (torch, pytest...) instead of installing them again. Returns its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     python = str(folder / "bin" / "python")
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([python, "-c", where], check=True, capture_output=True,
+                             text=True).stdout.strip()
     Path(purelib, "parent_env.pth").write_text(
         f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",

@@ -84,7 +84,8 @@ BAD_FLAGS = [
 
 
 @pytest.mark.parametrize(("argv", "message"), BAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_FLAGS])
-def test_a_bad_flag_is_refused_before_anything_runs(inside: Repo, capsys: pytest.CaptureFixture[str],
+def test_a_bad_flag_is_refused_before_anything_runs(inside: Repo,
+                                                    capsys: pytest.CaptureFixture[str],
                                                     argv: tuple[str, ...], message: str) -> None:
     code, err = run_task(capsys, *argv)
     assert code == 2, err
@@ -217,7 +218,8 @@ JOBS = {
     "unknown mode": (lambda tmp: _job_file(tmp, '{"mode": "delete", "result": "r"}'),
                      "mode 'delete' is none of collect, record, reproduce, trace, check"),
     "a folder": (lambda tmp: tmp, "cannot be read: it is a folder, where torch-regression writes"),
-    "a pipe": (lambda tmp: _fifo(tmp / "pipe"), "it is a FIFO (named pipe), where torch-regression"),
+    "a pipe": (lambda tmp: _fifo(tmp / "pipe"),
+               "it is a FIFO (named pipe), where torch-regression"),
 }
 
 

@@ -41,8 +41,9 @@ def _venv_with_editable_install(repo: Repo, folder: Path) -> str:
     """A virtual environment that sees this one's packages, with the subject editable."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     python = str(folder / "bin" / "python")
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([python, "-c", where], check=True, capture_output=True,
+                             text=True).stdout.strip()
     parent = sysconfig.get_path("purelib")
     Path(purelib, "parent_env.pth").write_text(f"import site; site.addsitedir({parent!r})\n")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",

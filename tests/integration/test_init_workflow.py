@@ -379,9 +379,9 @@ def test_torch_and_torchvision_resolve_together_from_one_index_offline(
     assert needs == ["torch (==2.13.0)"] or needs == ["torch==2.13.0"], needs
 
 
-# Values init writes into the workflow and config.yaml: every value `torch-regression init` writes into the
-# workflow or config.yaml is checked or quoted, so no option, tag or folder name can add YAML
-# of its own (a key, a GitHub expression, a comment) to what CI runs.
+# Values init writes into the workflow and config.yaml: every value `torch-regression init`
+# writes into the workflow or config.yaml is checked or quoted, so no option, tag or folder
+# name can add YAML of its own (a key, a GitHub expression, a comment) to what CI runs.
 
 
 def _tagged_library(tmp_path: Path, package: str = "minilib", tag: str = "v0.1") -> Repo:

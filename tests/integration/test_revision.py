@@ -14,7 +14,8 @@ from helpers import Repo, init_repo, output
 from regression.errors import RevisionError
 from regression.repository.gitcmd import open_repo
 from regression.repository.revision import resolve_revision
-from regression.repository.worktree import _worktree_parent, prune_stale_worktrees, reference_worktree
+from regression.repository.worktree import _worktree_parent, prune_stale_worktrees, \
+    reference_worktree
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from regression.store.cache import Entry
-from regression.store.record import ABSENT, RECORDED, CaseRecord, Collection, Output, StoredHarness, \
-    case_id
+from regression.store.record import ABSENT, RECORDED, CaseRecord, Collection, Output, \
+    StoredHarness, case_id
 from regression.store.cachedir import GITIGNORE, ensure_cache_root
 from regression.compare.outputs import compare
 from regression.errors import CacheError, NoSpaceError, ReadOnlyError, StoreError
@@ -861,7 +861,8 @@ def test_storing_many_cases_lists_the_cases_folder_once(
     listings: list[object] = []
     for name in ("scandir", "listdir"):
         real = getattr(os, name)
-        monkeypatch.setattr(os, name, lambda *a, real=real, **k: listings.append(a) or real(*a, **k))
+        monkeypatch.setattr(os, name,
+                            lambda *a, real=real, **k: listings.append(a) or real(*a, **k))
     fresh = Entry(entry.directory.parent, PARTS)
     for number in range(30):
         fresh.save_case(CaseRecord(f"t.py::t[{number}]", "h", outputs=(

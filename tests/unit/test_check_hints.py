@@ -7,7 +7,8 @@ from pathlib import Path
 
 from regression.plugin.hints import subject_not_importable
 
-ERROR = "tests/test_m.py:1: in <module>\n    import {0}\nE   ModuleNotFoundError: No module named '{0}'"
+ERROR = ("tests/test_m.py:1: in <module>\n    import {0}\n"
+         "E   ModuleNotFoundError: No module named '{0}'")
 
 
 def test_the_subject_or_one_of_its_modules_missing_gets_the_fix() -> None:

@@ -1,4 +1,5 @@
-"""Tests of regression.compare.outputs: every kind of bitwise difference, and none for equal values."""
+"""Tests of regression.compare.outputs: every kind of bitwise difference, and none for equal
+values."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def test_one_changed_element_reports_count_size_and_index() -> None:
     assert difference.max_abs == 5.0
     assert difference.detail == ("float32[2, 3]: 1 of 6 elements differ; max |diff| 5 at (1, 2) "
                                  "(reference 0.0, now 5.0); "
-                                 "up to 4.19e+07 ULPs at its scale: changed behaviour, far beyond rounding")
+                                 "up to 4.19e+07 ULPs at its scale: changed behaviour, "
+                                 "far beyond rounding")
 
 
 def test_largest_change_is_the_one_reported() -> None:
@@ -154,7 +156,8 @@ def test_zero_dimensional_change_reports_empty_index() -> None:
     difference = only(compare(torch.tensor(1.0), torch.tensor(2.5)))
     assert difference.detail == ("float32[]: 1 of 1 elements differ; max |diff| 1.5 at () "
                                  "(reference 1.0, now 2.5); "
-                                 "up to 1.05e+07 ULPs at its scale: changed behaviour, far beyond rounding")
+                                 "up to 1.05e+07 ULPs at its scale: changed behaviour, "
+                                 "far beyond rounding")
 
 
 def test_zero_dimensional_against_one_element_is_a_shape_difference() -> None:
@@ -374,7 +377,8 @@ def test_a_value_change_outranks_nan_payload_and_zero_sign_changes() -> None:
     difference = only(compare(reference, actual))
     assert difference.detail == ("float32[3]: 3 of 3 elements differ; max |diff| 1 at (2,) "
                                  "(reference 1.0, now 2.0); "
-                                 "up to 8.39e+06 ULPs at its scale: changed behaviour, far beyond rounding")
+                                 "up to 8.39e+06 ULPs at its scale: changed behaviour, "
+                                 "far beyond rounding")
 
 
 def test_nan_appearing_reports_an_infinite_difference_with_bits() -> None:

@@ -213,7 +213,8 @@ def test_paths_must_stay_inside_the_project(tmp_path: Path, setting: str, key: s
 
 @pytest.mark.parametrize("path", ["/abs/src", "../src", "src/../../x"])
 def test_subject_path_must_stay_inside_the_project(tmp_path: Path, path: str) -> None:
-    error = config_error(tmp_path, f"reference: HEAD\nsubject: {{packages: [zoo], path: '{path}'}}\n")
+    error = config_error(tmp_path,
+                         f"reference: HEAD\nsubject: {{packages: [zoo], path: '{path}'}}\n")
     assert error.key == "subject.path"
     assert "must be relative" in str(error)
 
@@ -548,8 +549,8 @@ def test_fingerprint_packages_and_exclusions_take_names_as_pip_writes_them(
 @pytest.mark.parametrize(
     ("setting", "words"),
     [
-        ("exclude_packages: {a: 1}", "must be a list of names of installed packages, got {'a': 1}, e.g. "
-         "fingerprint.exclude_packages: [numpy, einops]"),
+        ("exclude_packages: {a: 1}", "must be a list of names of installed packages, got "
+         "{'a': 1}, e.g. fingerprint.exclude_packages: [numpy, einops]"),
         ("exclude_packages: [1]", "1 is not a package name as pip writes it"),
         ("exclude_packages: ['my pkg']", "'my pkg' is not a package name as pip writes it"),
         ("exclude_packages: [-x]", "'-x' is not a package name as pip writes it"),

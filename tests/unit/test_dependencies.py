@@ -1,4 +1,5 @@
-"""Tests of regression.environment.dependencies: what a project declares it needs, from its own files."""
+"""Tests of regression.environment.dependencies: what a project declares it needs, from its
+own files."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ import torch
 
 from regression.config.settings import Determinism
 from regression.environment import determinism
-from regression.environment.determinism import CUBLAS_WORKSPACE, REDUCED_PRECISION, apply, case_seed, drift, \
-    nondeterministic_operation_hint, prepare_process, require_unchanged
+from regression.environment.determinism import CUBLAS_WORKSPACE, REDUCED_PRECISION, apply, \
+    case_seed, drift, nondeterministic_operation_hint, prepare_process, require_unchanged
 from regression.errors import DeterminismError
 
 

@@ -203,7 +203,8 @@ class Block(nn.Module):
 
 
 class Tower(nn.Module):
-    """Embeds (N, L, 8) to width 64, runs two blocks (in (L, N, D) unless batch-first), and a head."""
+    """Embeds (N, L, 8) to width 64, runs two blocks (in (L, N, D) unless batch-first), and a
+    head."""
 
     def __init__(self, batch_first: bool = False, fused: bool = False) -> None:
         super().__init__()
@@ -247,8 +248,9 @@ def test_a_layout_change_above_a_changed_attention_names_the_attention(tmp_path:
             "outputs differ: model.blocks.0.attn (Attention), call 1\n"
             "  its inputs: input[0]: same values, dims permuted (1, 0, 2)\n") in text
     assert ("  it gave model.blocks.0.attn.out other inputs than at the reference (input[0]: "
-            "other values), and the submodules it gave the reference's inputs gave the reference's outputs: the change "
-            "is before those calls, in its own forward code") in text
+            "other values), and the submodules it gave the reference's inputs gave the "
+            "reference's outputs: the change is before those calls, in its own forward code") \
+        in text
     assert "  output (against the reference's, dims permuted (1, 0, 2)): float32[2, 5, 64]: " \
         in text
     assert "rounding-level" in text

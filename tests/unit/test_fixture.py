@@ -55,8 +55,8 @@ def test_check_refuses_a_thread_count_other_than_the_configured_one() -> None:
 
 
 def test_check_refuses_deterministic_algorithms_switched_off() -> None:
-    settings = Determinism(threads=torch.get_num_threads(),
-                           deterministic_algorithms=not torch.are_deterministic_algorithms_enabled())
+    switched = not torch.are_deterministic_algorithms_enabled()
+    settings = Determinism(threads=torch.get_num_threads(), deterministic_algorithms=switched)
     with pytest.raises(DeterminismError, match="deterministic_algorithms"):
         Regression(NODEID, settings, RecordSink()).check(torch.ones(2))
 

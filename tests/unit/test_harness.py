@@ -1,4 +1,5 @@
-"""Tests of regression.environment.harness: which files make up a case's harness, and their digest."""
+"""Tests of regression.environment.harness: which files make up a case's harness, and their
+digest."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from regression.environment.fingerprint import file_digest
-from regression.environment.harness import (HarnessDigests, changed_helpers, extra_harness_files, harness_files,
-                                helper_digests, python_files_under)
+from regression.environment.harness import (HarnessDigests, changed_helpers, extra_harness_files,
+                                            harness_files, helper_digests, python_files_under)
 from regression.environment.start import keep_start_environment
 
 

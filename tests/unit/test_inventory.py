@@ -1,4 +1,5 @@
-"""Tests of regression.store.inventory: parsing options, listing, verifying, pruning and clearing."""
+"""Tests of regression.store.inventory: parsing options, listing, verifying, pruning and
+clearing."""
 
 from __future__ import annotations
 

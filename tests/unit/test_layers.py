@@ -46,7 +46,8 @@ MODULES = _modules()
 CORES = ("regression.compare", "regression.config", "regression.environment",
          "regression.repository")
 """The packages of pure cores and leaves that every layer stands on."""
-LOWER = [name for name in MODULES if name.startswith(("regression.plugin", "regression.store") + CORES)
+LOWER = [name for name in MODULES
+         if name.startswith(("regression.plugin", "regression.store") + CORES)
          or (name.count(".") == 1 and name not in ("regression.tasks", "regression.__main__"))]
 
 

@@ -60,7 +60,8 @@ def test_one_ulp_change_reads_as_reordered_arithmetic() -> None:
     reference = torch.linspace(-2, 2, 12).reshape(3, 4)
     difference = compare_tensors(reference, _up(reference, 1))
     assert difference is not None
-    assert "at most 1 ULP at its scale: rounding-level, as reordered arithmetic gives" in difference.detail
+    assert "at most 1 ULP at its scale: rounding-level, as reordered arithmetic gives" in \
+        difference.detail
     assert "ULP distances: 1: 12, 2-4: 0, 5-16: 0, 17-256: 0, more: 0" in difference.lines
 
 
