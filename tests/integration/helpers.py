@@ -159,29 +159,24 @@ def init_repo(path: Path, cache: Path) -> Repo:
 
 
 
-def tagged_repo(path: Path, cache: Path, files: dict[str, str], tag: str = "v1") -> Repo:
-    """A repository of `files` (with tasks.py and an empty pytest section beside them),
-    committed and tagged `tag` (lightweight)."""
+def tagged_repo(path: Path, cache: Path, files: dict[str, str], tag: str = "v1",
+                message: str = "") -> Repo:
+    """A repository of `files` (with tasks.py, an empty pytest section and a .gitignore
+    beside them), committed and tagged `tag`: an annotated tag where given a `message`."""
     repo = init_repo(path, cache)
     for name, text in {"tasks.py": TASKS, "pyproject.toml": "[tool.pytest.ini_options]\n",
-                       **files}.items():
+                       ".gitignore": "__pycache__/\n", **files}.items():
         repo.write(name, text)
     repo.commit(tag)
-    repo.git("tag", tag)
+    repo.git("tag", *(("-a", tag, "-m", message) if message else (tag,)))
     return repo
 
 
 def make_subject_repo(path: Path, cache: Path) -> Repo:
     """A repository with a tiny subject `subj` at commit v1 (tagged), a second commit on top."""
-    repo = init_repo(path, cache)
-    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
-    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
-    repo.write("tests/test_subj.py", TESTS)
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.write(".gitignore", "__pycache__/\n")
-    repo.commit("v1")
-    repo.git("tag", "-a", "v1", "-m", "version 1")
+    repo = tagged_repo(path, cache, {"config.yaml": CONFIG.format(reference="v1", path="."),
+                                     "subj/__init__.py": SUBJECT.format(scale="1.0"),
+                                     "tests/test_subj.py": TESTS}, message="version 1")
     repo.write("README.md", "a second commit\n")
     repo.commit("docs")
     return repo

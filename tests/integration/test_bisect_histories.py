@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import CONFIG, TASKS, Repo, init_repo, output
+from helpers import CONFIG, Repo, output, tagged_repo
 
 MODELS = ("a", "b", "c", "d")
 
@@ -51,16 +51,9 @@ def subject(scales: dict[str, float] | None = None, broken: tuple[str, ...] = ()
 
 def models_repo(path: Path) -> Repo:
     """A library of four models and a flaky case, at v1 (tagged); `subject.path` is `.`."""
-    repo = init_repo(path / "repo", path / "cache")
-    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
-    repo.write("subj/__init__.py", subject())
-    repo.write("tests/test_models.py", TESTS.format(models=MODELS))
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.write(".gitignore", "__pycache__/\n")
-    repo.commit("v1")
-    repo.git("tag", "-a", "v1", "-m", "version 1")
-    return repo
+    return tagged_repo(path / "repo", path / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path="."), "subj/__init__.py": subject(),
+        "tests/test_models.py": TESTS.format(models=MODELS)}, message="version 1")
 
 
 def commits(repo: Repo, steps: list[tuple[str, str | None]]) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import CONFIG, TASKS, Repo, init_repo, output
+from helpers import CONFIG, Repo, output, tagged_repo
 
 from regression.declarations import FILE
 
@@ -47,16 +47,9 @@ BEHAVIOUR = "1.01"
 
 
 def two_case_repo(path: Path, cache: Path, tests: str = TESTS) -> Repo:
-    repo = init_repo(path, cache)
-    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
-    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0", shift="0.0"))
-    repo.write("tests/test_subj.py", tests)
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.write(".gitignore", "__pycache__/\n")
-    repo.commit("v1")
-    repo.git("tag", "v1")
-    return repo
+    return tagged_repo(path, cache, {"config.yaml": CONFIG.format(reference="v1", path="."),
+                                     "subj/__init__.py": SUBJECT.format(scale="1.0", shift="0.0"),
+                                     "tests/test_subj.py": tests})
 
 
 @pytest.mark.slow  # the whole life cycle: eight runs

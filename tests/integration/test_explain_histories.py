@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 import pytest
-from helpers import CONFIG, TASKS, Repo, init_repo, output
+from helpers import CONFIG, Repo, output, tagged_repo
 
 pytestmark = pytest.mark.slow
 
@@ -117,15 +117,9 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     """v1 in (L, N, D) with plain attention; then batch-first with fused attention, and the
     MLP's GELU switched to its tanh approximation, in one commit."""
     path = tmp_path_factory.mktemp("histories") / "repo"
-    repo = init_repo(path, path.parent / "cache")
-    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
-    repo.write("subj/__init__.py", MODEL.format(**SEQUENCE_FIRST))
-    repo.write("tests/test_subj.py", TESTS)
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.write(".gitignore", "__pycache__/\n")
-    repo.commit("v1")
-    repo.git("tag", "v1")
+    repo = tagged_repo(path, path.parent / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path="."),
+        "subj/__init__.py": MODEL.format(**SEQUENCE_FIRST), "tests/test_subj.py": TESTS})
     repo.write("subj/__init__.py", MODEL.format(**BATCH_FIRST))
     repo.commit("batch first, fused attention; GELU as tanh")
     return repo

@@ -13,7 +13,7 @@ import yaml
 import regression.plugin.fixture  # noqa: F401 - torch, safetensors, the store
 import regression.references.beside  # noqa: F401 - the cache, the recording
 import regression.references.needed  # noqa: F401 - the check run's recorder
-from helpers import CONFIG, SUBJECT, TASKS, Repo, init_repo, make_subject_repo, output
+from helpers import CONFIG, SUBJECT, Repo, make_subject_repo, output, tagged_repo
 
 from regression.declarations import FILE
 
@@ -654,15 +654,10 @@ def test_model(regression, name):
 def listed_repo(tmp_path: Path) -> Repo:
     """A library whose tests are parametrized over the models it lists (the README's
     pattern): a, b and c at the reference (v1); the working tree lists a and b."""
-    repo = init_repo(tmp_path / "repo", tmp_path / "cache")
-    repo.write("config.yaml", CONFIG.format(reference="v1", path="."))
-    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b", "c"]'))
-    repo.write("tests/test_models.py", LISTED_TESTS.format(extra=""))
-    repo.write("tests/listing.py", "SKIP = ()\n")
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.commit("v1")
-    repo.git("tag", "v1")
+    repo = tagged_repo(tmp_path / "repo", tmp_path / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path="."),
+        "subj/__init__.py": LISTED_SUBJECT.format(models='["a", "b", "c"]'),
+        "tests/test_models.py": LISTED_TESTS.format(extra=""), "tests/listing.py": "SKIP = ()\n"})
     repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b"]'))
     return repo
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import CONFIG, SUBJECT, TASKS, Repo, init_repo, output
+from helpers import CONFIG, SUBJECT, Repo, output, tagged_repo
 
 TESTS = """\
 import json
@@ -48,18 +48,11 @@ def data_scale():
 
 
 def _repo(path: Path, cache: Path, beside: bool = True) -> Repo:
-    repo = init_repo(path, cache)
     config = CONFIG.format(reference="v1", path=".")
-    repo.write("config.yaml", config + ("" if beside else "record_beside_check: false\n"))
-    repo.write("subj/__init__.py", SUBJECT.format(scale="1.0"))
-    repo.write("tests/test_data.py", TESTS)
-    repo.write("tests/conftest.py", CONFTEST)
-    repo.write("tests/data/in.json", '{"scale": 1.0}\n')
-    repo.write("tasks.py", TASKS)
-    repo.write("pyproject.toml", "[tool.pytest.ini_options]\n")
-    repo.write(".gitignore", "__pycache__/\n")
-    repo.commit("v1")
-    repo.git("tag", "v1")
+    repo = tagged_repo(path, cache, {
+        "config.yaml": config + ("" if beside else "record_beside_check: false\n"),
+        "subj/__init__.py": SUBJECT.format(scale="1.0"), "tests/test_data.py": TESTS,
+        "tests/conftest.py": CONFTEST, "tests/data/in.json": '{"scale": 1.0}\n'})
     return repo
 
 
