@@ -52,15 +52,20 @@ def extra_harness_files(root: Path, patterns: Iterable[str]) -> list[Path]:
 class HarnessDigests:
     """Digests of the harness per test file, computed once per file."""
 
-    def __init__(self, rootdir: Path, extra: Iterable[Path] = ()) -> None:
+    def __init__(self, rootdir: Path, extra: Iterable[Path] = (), settings: str = "") -> None:
         self.rootdir = rootdir
         self.extra = list(extra)
+        self.settings = settings
+        """pytest's settings as text (plugin/common.pytest_settings): a value a conftest
+        reads with `getini` shapes outputs as the test code does."""
         self._by_file: dict[Path, str] = {}
 
     def of(self, test_file: Path) -> str:
         if test_file not in self._by_file:
-            files = harness_files(test_file, self.rootdir, self.extra)
-            self._by_file[test_file] = files_digest(self.rootdir, files)
+            files = files_digest(self.rootdir, harness_files(test_file, self.rootdir,
+                                                             self.extra))
+            self._by_file[test_file] = digest(f"{files}\0{self.settings}".encode()) \
+                if self.settings else files
         return self._by_file[test_file]
 
 

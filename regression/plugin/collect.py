@@ -12,7 +12,7 @@ from regression.environment.harness import HarnessDigests, extra_harness_files
 from regression.plugin.importer import install_redirect, verify_origins
 from regression.run.job import CollectJob
 from regression.run.types import CollectResult
-from regression.plugin.common import uses_fixture
+from regression.plugin.common import pytest_settings, uses_fixture
 
 
 def register(config: pytest.Config, job: CollectJob) -> None:
@@ -60,7 +60,7 @@ class Collector:
                 self.job.write_error(exc)
                 return
         extra = extra_harness_files(self.settings.root, self.settings.harness)
-        digests = HarnessDigests(config.rootpath, extra)
+        digests = HarnessDigests(config.rootpath, extra, pytest_settings(config))
         cases = {i.nodeid: digests.of(i.path) for i in [*items, *self.deselected]
                  if uses_fixture(i)}
         selected = [i.nodeid for i in items if uses_fixture(i)]

@@ -86,6 +86,14 @@ def collection_conditions(config: pytest.Config) -> str:
     return digest("\0".join([settings, *addopts]).encode())
 
 
+def pytest_settings(config: pytest.Config) -> str:
+    """pytest's settings as stable text, part of every case's harness: its section of the
+    settings file and the `-o` overrides (command line, PYTEST_ADDOPTS); "" where none."""
+    section = pytest_section(config.inipath) if config.inipath is not None else ""
+    overrides = sorted(config.getoption("override_ini", None) or [])
+    return "\0".join([section, *overrides]) if section or overrides else ""
+
+
 def pytest_section(path: Path) -> str:
     """pytest's section of its settings file, as stable text: the rest of the file (a
     pyproject.toml's version and dependencies) decides nothing of what is collected."""

@@ -149,7 +149,8 @@ class Judge:
         references = self.state.references
         assert references is not None
         if record.harness != references.harness.of(item.path):
-            return ("the test file or a conftest.py changed since the reference was recorded; "
+            return ("the test file, a conftest.py or pytest's settings changed since the "
+                    "reference was recorded; "
                     f"{FIX} again")
         # config and hashing: not imported in plain runs
         from regression.environment.harness import changed_helpers

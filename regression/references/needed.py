@@ -197,12 +197,13 @@ def _suite(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
     every case and runs some)."""
     from regression.environment.fingerprint import environment_parts
     from regression.environment.harness import HarnessDigests, extra_harness_files
-    from regression.plugin.common import collection_conditions, uses_fixture
+    from regression.plugin.common import collection_conditions, pytest_settings, uses_fixture
     from regression.run.types import shard_cases
     from regression.store.cache import KEEP_FOR_CHECK, Entry
 
     settings = reference.settings
-    harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness))
+    harness = HarnessDigests(rootdir, extra_harness_files(settings.root, settings.harness),
+                             pytest_settings(items[0].config) if items else "")
     spec = job.shard if job else None
     regression = [i for i in items if uses_fixture(i)]
     chosen = shard_cases(settings, (i.nodeid for i in regression), spec)

@@ -82,7 +82,7 @@ def _uncollected(entry: Entry, file: str, harness: str) -> tuple[str, bool]:
 def _stale(stored: StoredHarness, harness: str, root: Path, known: dict[Path, str]) -> str:
     """Why a stored case no longer matches its harness; "" when it does."""
     if stored.digest != harness:
-        return "its test file or a conftest.py changed"
+        return "its test file, a conftest.py or pytest's settings changed"
     changed = changed_helpers(root, stored.helpers, known)
     if changed:
         return f"test code or environment it uses changed: {', '.join(changed)}"

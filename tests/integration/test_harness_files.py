@@ -130,3 +130,51 @@ def test_a_data_file_only_the_working_tree_has_is_read_at_the_reference(tmp_path
     done = repo.invoke("test")
     assert done.returncode == 0, output(done)
     assert "4 identical" in output(done), output(done)
+
+
+SETTING_CONFTEST = """\
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addini("input_scale", "what the inputs are scaled by")
+
+
+@pytest.fixture
+def input_scale(request):
+    return float(request.config.getini("input_scale"))
+"""
+
+SETTING_TESTS = """\
+import subj
+
+
+def test_scaled(regression, input_scale):
+    regression.check(subj.forward(regression.randn(2, 4) * input_scale))
+"""
+
+
+def test_pytest_s_settings_are_harness_a_change_records_again(tmp_path: Path) -> None:
+    """A value the tests read from pytest's settings (`getini`, as pytest-env's `env =`
+    lines are read) shapes the outputs as the test code does: a change of it, in the
+    settings file or as an `-o` override, records the reference again with it, as an edit of
+    a conftest.py does (before: the stale reference, and a change reported)."""
+    repo = tagged_repo(tmp_path / "repo", tmp_path / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path="."),
+        "subj/__init__.py": SUBJECT.format(scale="1.0"), "tests/conftest.py": SETTING_CONFTEST,
+        "tests/test_scaled.py": SETTING_TESTS,
+        "pyproject.toml": "[tool.pytest.ini_options]\ninput_scale = \"1\"\n"})
+    first = repo.invoke("test")
+    assert first.returncode == 0 and "1 identical" in first.stdout, output(first)
+    repo.write("pyproject.toml", "[tool.pytest.ini_options]\ninput_scale = \"3\"\n")
+    changed = repo.invoke("test")
+    assert changed.returncode == 0, output(changed)
+    assert "recording 1 of 1 cases" in changed.stdout and "1 identical" in changed.stdout, \
+        output(changed)
+    overridden = repo.invoke("test", env={"PYTEST_ADDOPTS": "-o input_scale=5"})
+    assert overridden.returncode == 0, output(overridden)
+    assert "recording 1 of 1 cases" in overridden.stdout, output(overridden)
+    assert "recording 1 of 1 cases" in repo.invoke("test").stdout  # 3 again, not 5
+    again = repo.invoke("test")
+    assert "reference up to date" in again.stdout and "1 identical" in again.stdout, \
+        output(again)

@@ -366,8 +366,8 @@ def test_a_test_module_imported_by_another_is_its_helper(helped: Repo, tmp_path:
     assert done.returncode == 2, output(done)
     assert ("tests/test_helped.py::test_built: test code or environment it uses changed: "
             "tests/test_other.py") in done.stderr
-    assert "tests/test_other.py::test_other: its test file or a conftest.py changed" in \
-        done.stderr
+    assert "tests/test_other.py::test_other: its test file, a conftest.py or pytest's " \
+        "settings changed" in done.stderr
 
 
 @pytest.mark.slow

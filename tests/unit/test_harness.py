@@ -78,6 +78,15 @@ def test_digest_changes_when_a_conftest_changes(tree: Path) -> None:
     assert HarnessDigests(tree).of(test_file) != before
 
 
+def test_digest_changes_with_pytest_s_settings(tree: Path) -> None:
+    test_file = tree / "tests" / "models" / "test_net.py"
+    plain = HarnessDigests(tree).of(test_file)
+    assert HarnessDigests(tree, settings="").of(test_file) == plain
+    one = HarnessDigests(tree, settings='{"input_scale": "1"}').of(test_file)
+    assert one != plain
+    assert HarnessDigests(tree, settings='{"input_scale": "3"}').of(test_file) not in (one, plain)
+
+
 def test_digest_ignores_a_conftest_above_rootdir(tree: Path) -> None:
     test_file = tree / "tests" / "models" / "test_net.py"
     before = HarnessDigests(tree).of(test_file)
