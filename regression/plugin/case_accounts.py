@@ -28,6 +28,9 @@ class CaseAccounts:
     expected: set[str] | None = None
     """The cases that must end judged, or the run fails; None: none are known (yet)."""
     collected: set[str] | None = None
+    modules: set[str] = field(default_factory=set)
+    """The test files collected, those that yield no test too (a file whose every case the
+    subject removed)."""
     deselected: set[str] = field(default_factory=set)
     dropped: set[str] = field(default_factory=set)
     """Removed by a hook that did not deselect them."""

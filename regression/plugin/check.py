@@ -104,6 +104,8 @@ class Check:
         and when the subject itself is what could not be imported, say how to fix that."""
         if report.skipped:
             self.collect_skips[report.nodeid] = report_reason(report)
+        if report.passed and report.nodeid.endswith(".py") and "::" not in report.nodeid:
+            self.ledger.modules.add(report.nodeid)
         if not report.failed:
             return
         if self.state.gen_only:
@@ -275,7 +277,8 @@ class Check:
         no_gen = bool(self.config.getoption("regression_no_gen")) and not state.gen_only
         references = state.recorder.ready(reference, self.job, everything, selected,
                                           self.config.rootpath, state.relay.echo,
-                                          record=not no_gen, in_worker=in_worker(self.config))
+                                          record=not no_gen, in_worker=in_worker(self.config),
+                                          modules=self.ledger.modules)
         generation = references.generation
         if generation is not None and not state.gen_only and \
                 not (quiet and not generation.recorded and not generation.absent):

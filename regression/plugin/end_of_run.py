@@ -146,7 +146,7 @@ class EndOfRun:
 
         declared = by_case(self.job.declarations if self.job is not None else ())
         removed, judged = removed_cases(references, self.ledger.collected,
-                                        self._partial_files())
+                                        self.ledger.modules, self._partial_files())
         self.ledger.gone |= {case for case, d in declared.items() if d.size == REMOVAL
                              and case.split("::", 1)[0] in judged and case not in removed
                              and case not in self.ledger.collected}
@@ -235,12 +235,13 @@ class EndOfRun:
                                           finished=completion))
 
 
-def removed_cases(references: ReadyReferences, collected: set[str], partial: set[str]
-                  ) -> tuple[list[str], set[str]]:
+def removed_cases(references: ReadyReferences, collected: set[str], modules: set[str],
+                  partial: set[str]) -> tuple[list[str], set[str]]:
     """The regression cases the reference collected (as its recordings stored) and this run
-    did not (`collected`: every test it collected), in the files it collected whole whose
-    harness, helpers and conditions (pytest's settings, PYTEST_ADDOPTS) are unchanged
-    since: only the subject can have removed those; and the files so judged."""
+    did not (`collected`: every test it collected; `modules`: the test files it collected,
+    one that yields no test too), in the files it collected whole whose harness, helpers
+    and conditions (pytest's settings, PYTEST_ADDOPTS) are unchanged since: only the
+    subject can have removed those; and the files so judged."""
     from regression.environment.harness import changed_helpers
     from regression.errors import StoreError
 
@@ -249,7 +250,7 @@ def removed_cases(references: ReadyReferences, collected: set[str], partial: set
         return [], set()  # the run's own options may decide what it collects: nothing to go by
     root = suite.reference.settings.root
     rootdir = references.harness.rootdir
-    files = {nodeid.split("::", 1)[0] for nodeid in collected} - partial
+    files = ({nodeid.split("::", 1)[0] for nodeid in collected} | modules) - partial
     known: dict[Path, str] = {}
     removed, judged = [], set()
     for file in sorted(files):

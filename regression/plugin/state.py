@@ -8,7 +8,7 @@ import argparse
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 import pytest
 
@@ -83,8 +83,8 @@ class Recorder(Protocol):
     def cancel_early(self) -> None: ...
 
     def ready(self, reference: Reference, job: CheckJob | None, items: list[pytest.Item],
-              selected: set[str], rootdir: Path, echo: Echo, record: bool, in_worker: bool
-              ) -> ReadyReferences: ...
+              selected: set[str], rootdir: Path, echo: Echo, record: bool, in_worker: bool,
+              modules: Iterable[str] = ()) -> ReadyReferences: ...
 
     def record_alone(self, suite: Suite, echo: Echo) -> Generation: ...
 

@@ -94,11 +94,12 @@ def read_message(refused: Mapping[str, str]) -> str:
 
 def unkeyed_message(unkeyed: Mapping[str, str], packages: Sequence[str]) -> str:
     """What is said about files of the reference, outside the subject's code, that the
-    recording ran or read: the key holds only the subject's code, so a commit that changed
-    them alone would reuse this reference."""
+    recording ran, read, asked about or listed: the key holds only the subject's code, so a
+    commit that changed them alone would reuse this reference."""
     lines = "\n".join(f"  {name} ({how})" for name, how in sorted(unkeyed.items()))
     code = any(how == "run" for how in unkeyed.values())
-    data = any(how != "run" for how in unkeyed.values())
+    data = any(how == "read" for how in unkeyed.values())
+    asked = any(how in ("asked about", "listed") for how in unkeyed.values())
     fixes = []
     if code:
         fixes.append("Fix: code run from the reference outside the subject: add its package "
@@ -108,7 +109,13 @@ def unkeyed_message(unkeyed: Mapping[str, str], packages: Sequence[str]) -> str:
                      "), whose code and files the key holds; or list it in config.yaml's "
                      "`harness` (both runs then read your working tree's, and its bytes are in "
                      "the key).")
-    return ("these files of the reference were run or read while recording, outside the "
-            f"subject's code, which is all of the reference the cache key holds (its git "
-            f"trees): a commit that changed only them would reuse this recording:\n{lines}\n"
-            + "\n".join(fixes))
+    if asked:
+        fixes.append(f"Fix: code that asks whether a file of the reference is there, or lists a "
+                     f"folder of it: ask inside a subject package ({', '.join(packages)}), whose "
+                     "files the key holds, or in the test folders (both runs then see your "
+                     "working tree's); a switch is better an environment variable, which each "
+                     "case keeps.")
+    return ("these files of the reference were run, read or asked about while recording, "
+            "outside the subject's code, which is all of the reference the cache key holds "
+            f"(its git trees): a commit that changed only them would reuse this recording:\n"
+            f"{lines}\n" + "\n".join(fixes))

@@ -53,12 +53,19 @@ class TreeWatch:
         self.tests = tuple(p.resolve() for p in tests)
         self.seen: dict[str, str] = {}
         """Real path -> "run" or "read", for files inside the project."""
+        self.asked: dict[str, str] = {}
+        """Real path -> "asked about" or "listed": paths of the reference the user's code
+        (the subject's, the tests') stat-ed or listed, there or not (a file's absence at
+        the reference is as telling as its content)."""
         self.imported: set[str] = set()
         """Real paths of project modules named by an import statement (pytest imports test
         modules with importlib, so a test module here was imported by other code)."""
         self.variable_sites: dict[tuple[str, int], set[str]] = {}
         """The environment variables the subject's code read, by where it read them."""
         self.keyed_code = tuple(str(p) + (os.sep if p.is_dir() else "") for p in self.keyed)
+        self._libraries = tuple(str(p) + os.sep for p in (*library_folders(), THIS_PACKAGE))
+        """Installed packages (a virtual environment inside the project too) and this tool:
+        what they ask about is no question of the user's code."""
         self._real: dict[str, str] = {}
 
     def saw(self, path: object, how: str) -> None:
@@ -77,6 +84,29 @@ class TreeWatch:
             self.imported.add(real)
         if how != "read" or real not in self.seen:
             self.seen[real] = "read" if how == "read" else "run"
+
+    def saw_question(self, path: object, how: str, filename: str) -> None:
+        """A path of the reference that the code of `filename` asked about (stat, exists,
+        isfile) or listed: noted where that code is the user's (not pytest's, nor an
+        installed package's) and the path is the reference's, outside the subject's code."""
+        if not os.path.isabs(filename) or self.reference is None:
+            return
+        real = self._real.get(filename)
+        if real is None:
+            real = self._real[filename] = self._resolved(filename)
+        if not real.startswith((self.prefix, self.reference_prefix)) or \
+                real.startswith(self._libraries):
+            return
+        name = os.fsdecode(path) if isinstance(path, (bytes, os.PathLike)) else path
+        if not isinstance(name, str):
+            return
+        absolute = os.path.join(os.getcwd(), name) if not os.path.isabs(name) else name
+        asked = self._resolved(os.path.normpath(absolute))
+        inside = asked.startswith(self.reference_prefix) or \
+            (how == "listed" and asked == str(self.reference))
+        if inside and not any(asked == k.rstrip(os.sep) or asked.startswith(k)
+                              for k in self.keyed_code):
+            self.asked.setdefault(asked, how)
 
     def saw_variable(self, name: str, filename: str, line: int) -> None:
         """An environment variable read by the code of `filename`: noted if that is the
@@ -176,6 +206,8 @@ class TreeWatch:
                 continue  # gone: made and removed by the recording
             found[path.relative_to(self.reference).as_posix()] = \
                 "run" if path.suffix in _CODE else how
+        for real, how in sorted(self.asked.items()):
+            found.setdefault(Path(real).relative_to(self.reference).as_posix(), how)
         return found
 
     def _is_free(self, path: Path) -> bool:
@@ -216,6 +248,7 @@ def watch_tree(watch: TreeWatch) -> None:
         sys.addaudithook(_audit)
         _note_import_statements()
         _note_environment_reads()
+        _note_questions()
         _HOOKED.append(True)
     note_native_readers()  # their files raise an audit event too (torch's: once it is loaded)
     _WATCHES[:] = [watch]
@@ -289,6 +322,44 @@ _ENVIRON_CODE = (f"{os.sep}os.py", f"{os.sep}_collections_abc.py", "<frozen os>"
 """Where os.environ's own methods (get, setdefault, in) and os.getenv are defined."""
 
 
+def _note_questions() -> None:
+    """Every `os.stat` and `os.lstat` (`os.path.exists`, `isfile`, `Path.exists`...) is
+    noted with the code that asked, past os.path and pathlib (importlib's own stats go to
+    posix directly); listings raise audit events."""
+    for name in ("stat", "lstat"):
+        original = getattr(os, name)
+
+        def asked(path: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if _WATCHES and not getattr(_OWN, "reading", False):
+                _note_question(path, "asked about", 2)
+            return _original(path, *args, **kwargs)
+
+        setattr(os, name, asked)
+
+
+def _note_question(path: object, how: str, depth: int) -> None:
+    """Note `path` with who asked about it (`depth` frames up): the first caller past os,
+    os.path, pathlib and glob, which ask on their caller's behalf. What the noting itself
+    stats is not noted. Never raises."""
+    _OWN.reading = True
+    try:
+        frame: FrameType | None = sys._getframe(depth)
+        while frame is not None and frame.f_code.co_filename.endswith(_PATH_CODE):
+            frame = frame.f_back
+        if frame is not None and _WATCHES:
+            _WATCHES[0].saw_question(path, how, frame.f_code.co_filename)
+    except Exception:  # noqa: BLE001 - the user's call must not fail here
+        return
+    finally:
+        _OWN.reading = False
+
+
+_PATH_CODE = (f"{os.sep}os.py", f"{os.sep}genericpath.py", f"{os.sep}posixpath.py",
+              f"{os.sep}pathlib.py", f"{os.sep}glob.py", "<frozen os>", "<frozen posixpath>",
+              "<frozen genericpath>")
+"""Where os.path, pathlib and glob, which stat and list on their caller's behalf, live."""
+
+
 def stop_watching() -> None:
     _WATCHES.clear()
 
@@ -311,8 +382,12 @@ def own_reads() -> Iterator[None]:
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     """The audit hook: cheap for every other event, and never raises."""
-    if not _WATCHES or (event != "open" and event != "exec") or getattr(_OWN, "reading", False):
+    if not _WATCHES or event not in _EVENTS or getattr(_OWN, "reading", False):
         return
+    if event == "os.listdir" or event == "os.scandir":
+        _note_question(args[0] if args[0] is not None else ".", "listed", 2)
+        return
+    _OWN.reading = True  # what noting stats (realpath) is no question of the user's
     try:
         if event == "open":
             path, flags = args[0], args[2]
@@ -325,6 +400,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
                 _WATCHES[0].saw(name, "run")
     except Exception:  # noqa: BLE001 - an audit hook that raises would break the user's call
         return
+    finally:
+        _OWN.reading = False
+
+
+_EVENTS = frozenset({"open", "exec", "os.listdir", "os.scandir"})
 
 
 def _writes_only(flags: int) -> bool:

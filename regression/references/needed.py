@@ -12,7 +12,7 @@ import argparse
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Sequence
 
 from regression.errors import ReadOnlyError, RegressionError
 from regression.run.job import GEN_AUTO, GEN_NEVER, GEN_ONLY, CheckJob
@@ -99,17 +99,19 @@ class NeededReferences:
             self.beside = None
 
     def ready(self, reference: Reference, job: CheckJob | None, items: list[pytest.Item],
-              selected: set[str], rootdir: Path, echo: Echo, record: bool, in_worker: bool
-              ) -> ReadyReferences:
+              selected: set[str], rootdir: Path, echo: Echo, record: bool, in_worker: bool,
+              modules: Iterable[str] = ()) -> ReadyReferences:
         """The suite of every collected case, narrowed to the shard; missing references
         recorded (only for cases that will run, unless `record` is off): first, or beside
-        the check (by the recording started early, if any)."""
+        the check (by the recording started early, if any). `modules`: the test files
+        collected, one that yields no test too (whose collection at the reference is kept
+        as well)."""
         from regression.plugin.state import ReadyReferences
 
         try:
             settings = reference.settings
             loads = not in_worker and not (job is not None and job.gen == GEN_ONLY)
-            suite, harness = _suite(reference, job, items, rootdir, loads)
+            suite, harness = _suite(reference, job, items, rootdir, loads, modules)
             spec = suite.shard
             if spec is not None:
                 echo(f"shard {spec}: {len(suite.cases)} cases")
@@ -190,7 +192,8 @@ class NeededReferences:
 
 
 def _suite(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
-           rootdir: Path, loads: bool) -> tuple[Suite, HarnessDigests]:
+           rootdir: Path, loads: bool, modules: Iterable[str] = ()
+           ) -> tuple[Suite, HarnessDigests]:
     """The check run's suite: every collected case of its shard, with its harness digest,
     and the cache entry of its key (which keeps what its plan verified for the loads, where
     this process `loads` the cases: not in `invoke gen`, nor in an xdist worker, which plans
@@ -208,6 +211,7 @@ def _suite(reference: Reference, job: CheckJob | None, items: list[pytest.Item],
     regression = [i for i in items if uses_fixture(i)]
     chosen = shard_cases(settings, (i.nodeid for i in regression), spec)
     files = {i.nodeid.split("::", 1)[0]: harness.of(i.path) for i in regression}
+    files.update({m: harness.of(rootdir / m) for m in modules if m not in files})
     cases = {i.nodeid: files[i.nodeid.split("::", 1)[0]] for i in regression
              if i.nodeid in chosen}
     entry = Entry(settings.cache_dir, environment_parts(settings, reference.code),

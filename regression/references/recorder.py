@@ -178,10 +178,12 @@ def store_collections(suite: Suite, recorded: RecordResult) -> None:
     collected = recorded.collected
     if not suite.conditions or collected is None:
         return
-    for file, harness in suite.files.items():  # one that collects none there: none
-        suite.entry.save_collection(Collection(file, harness, recorded.helpers,
-                                               tuple(collected.get(file, ())),
-                                               suite.conditions))
+    with_cases = {case.split("::", 1)[0] for case in suite.cases}
+    for file, harness in suite.files.items():
+        if collected.get(file) or file in with_cases:  # (a file of no case either side: none)
+            suite.entry.save_collection(Collection(file, harness, recorded.helpers,
+                                                   tuple(collected.get(file, ())),
+                                                   suite.conditions))
 
 
 def find_nondeterministic(suite: Suite, worktree: Path, recorded: dict[str, str], echo: Echo

@@ -712,6 +712,35 @@ def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path)
     assert "STALE tests/test_models.py::test_model[c]" in output(moved)
 
 
+ONLY_C = """\
+import subj
+
+if "c" in subj.MODELS:
+    def test_c(regression):
+        regression.check(subj.forward("c", regression.randn(2, 4)), name="out")
+"""
+
+
+def test_a_test_file_whose_every_case_the_subject_removed_is_judged(tmp_path: Path) -> None:
+    """A test file whose cases the library's list decides yields no test once its last
+    model goes: its cases are still removed, cold and warm (before: it was never judged,
+    the run passed); a file of plain tests beside it keeps nothing."""
+    repo = tagged_repo(tmp_path / "repo", tmp_path / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path="."),
+        "subj/__init__.py": LISTED_SUBJECT.format(models='["a", "c"]'),
+        "tests/test_only_c.py": ONLY_C, "tests/test_plain.py": "def test_plain():\n    pass\n",
+        "tests/test_models.py": LISTED_TESTS.format(extra="")})
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a"]'))
+    for run in ("cold", "warm"):
+        done = repo.invoke("test")
+        assert done.returncode == 1, (run, output(done))
+        assert "REMOVED tests/test_only_c.py::test_c: collected at the reference" in \
+            output(done), (run, output(done))
+        assert "1 identical" in output(done) and "2 removed" in output(done), output(done)
+    (folder,) = repo.cache.glob("*/collections")
+    assert len(list(folder.iterdir())) == 2  # test_models.py's and test_only_c.py's
+
+
 def test_a_case_the_test_code_no_longer_makes_is_no_removal(tmp_path: Path) -> None:
     """Cases the test code stops making on purpose (an edited test file, a helper it
     imports) are no removal: the reference's collection is taken with that code. Nor is

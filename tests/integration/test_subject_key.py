@@ -112,10 +112,66 @@ def test_a_file_of_the_reference_outside_the_subject_stops_the_recording(
     repo.commit("tests read data beside the subject")
     done = repo.invoke("gen")
     assert done.returncode == 2, output(done)
-    assert "these files of the reference were run or read while recording, outside the " \
-        "subject's code" in done.stderr
+    assert "these files of the reference were run, read or asked about while recording, " \
+        "outside the subject's code" in done.stderr
     assert "  data/scale.json (read)\n" in done.stderr
     assert "made.pt" not in done.stderr and "made.txt" not in done.stderr
     assert "move it into a subject package (subj)" in done.stderr
     assert "Nothing was stored" in done.stderr and "Traceback" not in output(done)
     assert not list((tmp_path / "cache").rglob("*.safetensors"))
+
+
+ASKING_SUBJECT = SUBJECT.format(scale="1.0") + '''
+import glob
+import importlib.metadata
+import os
+from pathlib import Path
+
+HERE = os.path.dirname(__file__)
+
+
+def switches():
+    """What the subject asks of the files around it."""
+    list(importlib.metadata.distributions())  # lists sys.path's folders: the library's own
+    os.path.exists(os.path.join(HERE, "weights.bin"))  # its own package: in the key
+    return (os.path.exists("FAST_PATH"), Path("switches/b").is_file(),
+            sorted(os.listdir("plugins")), glob.glob("extras/*.txt"))
+'''
+
+ASKING_TESTS = """\
+import os
+
+import subj
+
+
+def test_switches(regression):
+    subj.switches()
+    os.path.exists("RELEASE")  # the test code asks too
+    os.path.exists("tests/data/table.json")  # its own folder: the working tree's
+    regression.check(subj.forward(regression.randn(2, 4)))
+"""
+
+
+def test_what_the_code_asks_of_the_reference_outside_the_subject_stops_the_recording(
+        tmp_path: Path) -> None:
+    """Whether a file is there, or what a folder holds, is read of the reference too: a
+    commit that added FAST_PATH alone (or removed it: asked about while absent) would keep
+    the key. Asked by the subject or the tests, through os.path, pathlib, os.listdir or
+    glob; not what installed code (importlib.metadata listing sys.path) asks, nor a path of
+    the subject's own package or of the test folders."""
+    repo = flat_subject_repo(tmp_path / "repo", tmp_path / "cache")
+    repo.write("subj/__init__.py", ASKING_SUBJECT)
+    repo.write("tests/test_switches.py", ASKING_TESTS)
+    repo.write("switches/b", "on\n")
+    repo.write("plugins/one.py", "")
+    repo.write("extras/a.txt", "")
+    repo.commit("switches beside the subject")
+    done = repo.invoke("gen")
+    assert done.returncode == 2, output(done)
+    listed = done.stderr.split("a commit that changed only them would reuse this recording:\n",
+                               1)[1].split("Fix:", 1)[0]
+    assert listed.splitlines() == ["  FAST_PATH (asked about)", "  RELEASE (asked about)",
+                                   "  extras (listed)", "  plugins (listed)",
+                                   "  switches/b (asked about)"], done.stderr
+    assert "Fix: code that asks whether a file of the reference is there" in done.stderr
+    assert "Nothing was stored" in done.stderr and "Traceback" not in output(done)

@@ -351,8 +351,8 @@ def test_the_reference_s_files_are_refused_with_the_fix_for_each_kind() -> None:
                                                        "helper.py": "run"}, ("subj",))
     message = str(info.value)
     assert "  data/a.txt (read)\n" in message  # the working tree's, said first
-    assert "these files of the reference were run or read while recording, outside the " \
-        "subject's code" in message
+    assert "these files of the reference were run, read or asked about while recording, " \
+        "outside the subject's code" in message
     assert "  data/scale.json (read)\n  helper.py (run)\n" in message
     assert "Fix: code run from the reference outside the subject: add its package" in message
     assert "Fix: a data file: move it into a subject package (subj)" in message
