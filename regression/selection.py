@@ -24,6 +24,13 @@ class Selection:
         """The options pytest selects by; the node ids are the run's paths."""
         return ["-k", self.expression] if self.expression else []
 
+    def names(self, nodeid: str) -> bool:
+        """Whether a case that is not collected (a removed one) is chosen by its node id
+        alone: named with --case, or its file; never by a -k expression, which pytest
+        matches against what it collects."""
+        return not self.expression and any(nodeid == c or nodeid.startswith(f"{c}::")
+                                           for c in self.cases)
+
     def describe(self) -> str:
         """'-k attention and 2 node ids', for messages."""
         parts = [f"-k {self.expression!r}"] if self.expression else []

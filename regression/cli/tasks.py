@@ -20,7 +20,7 @@ from regression.cli.common import DEVICE_HELP, REFERENCE_HELP, current_settings,
     refusing_remainder, report_path, require_filled, translated
 from regression.cli.diagnose_tasks import bisect, explain
 from regression.config.settings import MAX_REPEAT, Settings
-from regression.declarations import FILE, Declaration, accepted, pruned, stale
+from regression.declarations import FILE, REMOVAL, Declaration, accepted, pruned, stale
 from regression.declarations import read as read_declarations
 from regression.declarations import write as write_declarations
 from regression import github
@@ -282,11 +282,22 @@ def _accept(chosen: tuple[str | None, list[str] | None], reason: str | None, pru
     path = settings.root / FILE
     existing = read_declarations(path)
     picked = selection(*chosen, settings.root, None, settings.tests)
-    _, result = _run_check(CheckRequest(resolved, workers=count, picked=picked))
+    # a prune checks with the removals declared in files still there (the run tells which
+    # the reference holds too); a declaring run without any, so each change shows as it is
+    removals = tuple(d for d in existing if _removal_in_place(d, settings.root))
+    _, result = _run_check(CheckRequest(resolved, workers=count, picked=picked,
+                                        declarations=removals if prune else ()))
     outcomes = result.finished.outcomes if result and result.finished else ()
     if prune:
-        return _prune(resolved, existing, outcomes, bool(picked))
-    changed = [o for o in outcomes if o.outcome in (CHANGED, REMOVED)]
+        gone = set(result.finished.gone) if result and result.finished else set()
+        return _prune(resolved, existing, outcomes, bool(picked), gone)
+    changed = [o for o in outcomes if o.outcome == CHANGED or
+               (o.outcome == REMOVED and (not picked or picked.names(o.nodeid)))]
+    unnamed = [o.nodeid for o in outcomes if o.outcome == REMOVED and o not in changed]
+    if unnamed:
+        print(f"not declared: {len(unnamed)} removed {'case' if len(unnamed) == 1 else 'cases'}"
+              f" that {picked.describe()} does not name (a removed case is collected no more: "
+              f"name it with --case): {', '.join(unnamed[:5])}")
     if not changed:
         raise RegressionError(f"nothing to declare: no{' selected' if picked else ''} case "
                               f"differs from the reference {resolved.label}, so {FILE} is "
@@ -318,14 +329,22 @@ def _declared(root: Path, resolved: Reference, changed: Sequence[CaseOutcome],
     return 0
 
 
+def _removal_in_place(declaration: Declaration, root: Path) -> bool:
+    """Whether `declaration` declares a removal from a test file that is still there."""
+    return declaration.size == REMOVAL and (root / declaration.case.split("::")[0]).is_file()
+
+
 def _prune(resolved: Reference, existing: Sequence[Declaration],
-           outcomes: Sequence[CaseOutcome], selected: bool) -> int:
-    """Drop the declarations whose case this run found identical, and (when every case
-    ran) those that name no case."""
+           outcomes: Sequence[CaseOutcome], selected: bool, gone: set[str]) -> int:
+    """Drop the declarations whose case this run found identical, the removals the
+    reference holds too (`gone`), and (when every case ran) those that name no case: not a
+    removal's, which names a case not collected by definition."""
     drop = stale(existing, outcomes)
     identical = {d.case for d in drop}
-    judged = {o.nodeid for o in outcomes}
-    unjudged = [d for d in existing if d.case not in judged]
+    drop += [d for d in existing if d.size == REMOVAL and d.case in gone]
+    judged = {o.nodeid for o in outcomes} | gone
+    root = resolved.settings.root
+    unjudged = [d for d in existing if d.case not in judged and not _removal_in_place(d, root)]
     if unjudged and not selected:
         cases = collect(resolved).cases
         drop += [d for d in unjudged if d.case not in cases]
@@ -334,7 +353,9 @@ def _prune(resolved: Reference, existing: Sequence[Declaration],
         print(f"nothing to prune: every entry of {FILE} this run judged still differs")
         return 0
     for declaration in drop:
-        why = "no longer differs" if declaration.case in identical else "names no case"
+        why = "no longer differs" if declaration.case in identical else \
+            "the reference no longer has it either" if declaration.case in gone else \
+            "names no case"
         print(f"dropped {declaration.case}: {why}")
     left = len(existing) - len(drop)
     print(f"{left} {'entry' if left == 1 else 'entries'} left in {FILE}" if left

@@ -230,7 +230,7 @@ class EndOfRun:
             completion = Completion(int(self.session.exitstatus),
                                     len(self.ledger.expected or ()),
                                     [f"{n}: {self._why_not_run(n)}" for n in unjudged],
-                                    outcomes, self.state.strict)
+                                    outcomes, self.state.strict, tuple(sorted(self.ledger.gone)))
             self.job.write_result(replace(self.job.read_result() or CheckResult(),
                                           finished=completion))
 

@@ -31,6 +31,9 @@ class Completion:
     records): what the invoke process knows of the cases, as data."""
     strict: bool = False
     """--regression-strict: cases not in the reference and nondeterministic ones fail."""
+    gone: tuple[str, ...] = ()
+    """Cases declared removed that neither the run nor the reference collects: their
+    declarations are stale (`invoke accept --prune` drops them)."""
 
     @property
     def failing(self) -> list[CaseOutcome]:

@@ -696,6 +696,10 @@ def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path)
     shutil.rmtree(folder)
     gone = repo.invoke("test")
     assert gone.returncode == 1 and REMOVED_C in output(gone), output(gone)
+    picked = repo.invoke("accept", "-k", "a", "--reason", "a only")  # -k names no removal
+    assert "not declared: 1 removed case that -k 'a' does not name" in output(picked), \
+        output(picked)
+    assert not (repo.path / FILE).exists(), output(picked)
     accepted = repo.invoke("accept", "--reason", "c is retired")
     assert accepted.returncode == 0, output(accepted)
     entry = yaml.safe_load((repo.path / FILE).read_text())["changes"]
@@ -704,12 +708,18 @@ def test_a_case_the_subject_no_longer_makes_fails_until_declared(tmp_path: Path)
     declared = repo.invoke("test")
     assert declared.returncode == 0, output(declared)
     assert "DECLARED tests/test_models.py::test_model[c]: c is retired" in output(declared)
+    unjudged = repo.invoke("accept", "--prune", env={"PYTEST_ADDOPTS": "--ignore=tests/none"})
+    assert "nothing to prune" in output(unjudged) and (repo.path / FILE).exists(), \
+        output(unjudged)  # not judged under other options: still in effect, kept
     repo.commit("c is retired")
     repo.git("tag", "v2")
     repo.write("config.yaml", CONFIG.format(reference="v2", path="."))
     moved = repo.invoke("test")  # the reference holds the removal: the declaration is stale
     assert moved.returncode == 0, output(moved)
     assert "STALE tests/test_models.py::test_model[c]" in output(moved)
+    pruned = repo.invoke("accept", "--prune")
+    assert "dropped tests/test_models.py::test_model[c]: the reference no longer has it " \
+        "either" in output(pruned), output(pruned)
 
 
 ONLY_C = """\

@@ -83,3 +83,13 @@ def test_a_case_under_the_tests_is_accepted(tmp_path: Path) -> None:
     chosen = selection(None, ["tests/inner/test_m.py::test_f", "tests"], tmp_path, None,
                        ("tests",))
     assert chosen.cases == ("tests/inner/test_m.py::test_f", "tests")
+
+
+def test_a_case_collected_no_more_is_named_by_its_node_id_or_file_never_by_k() -> None:
+    case = "tests/test_m.py::test_forward[conv]"
+    assert Selection(cases=(case,)).names(case)
+    assert Selection(cases=("tests/test_m.py",)).names(case)
+    assert not Selection(cases=("tests/test_m.py::test_forward[mlp]",)).names(case)
+    assert not Selection(cases=("tests/test_m",)).names(case)  # no file of that name
+    assert not Selection("conv").names(case)  # -k matches what pytest collects
+    assert not Selection("conv", (case,)).names(case)
