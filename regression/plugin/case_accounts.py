@@ -49,6 +49,8 @@ class CaseAccounts:
     """What went wrong besides the cases' verdicts: reported at the end, and the run fails."""
     durations: dict[str, float] = field(default_factory=dict)
     """The seconds each regression case took (all its phases)."""
+    notes: list[str] = field(default_factory=list)
+    """What the run could not judge, said at its end without failing it."""
     gone: set[str] = field(default_factory=set)
     """Cases declared removed that neither this run nor the reference collects: the
     reference holds the removal, and the declaration is stale."""
@@ -114,7 +116,8 @@ class CaseAccounts:
         """What an xdist worker hands its controller: JSON-able."""
         return {"expected": sorted(self.expected or ()), "label": self.label,
                 "outcomes": [outcome_data(o) for o in self.outcomes.values()],
-                "errors": self.errors, "durations": self.durations, "gone": sorted(self.gone)}
+                "errors": self.errors, "durations": self.durations, "gone": sorted(self.gone),
+                "notes": self.notes}
 
     def merge(self, data: dict[str, Any]) -> None:
         """A worker's ledger, merged into its controller's."""
@@ -126,6 +129,7 @@ class CaseAccounts:
             self.error(text)
         self.durations.update(data["durations"])
         self.gone.update(data.get("gone", ()))
+        self.notes += [note for note in data.get("notes", ()) if note not in self.notes]
 
 
 def outcome_data(outcome: CaseOutcome) -> dict[str, Any]:

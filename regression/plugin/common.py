@@ -20,7 +20,12 @@ _OUTPUT_ONLY = frozenset({
     "-k", "-m", "-n", "-r", "-W", "--tb", "--deselect", "--junitxml", "--junit-xml",
     "--maxfail", "--durations", "--dist", "--basetemp", "--color", "--capture",
     "--numprocesses", "--log-level", "--log-cli-level", "--log-file", "--timeout",
-    "--junit-prefix", "--tx", "--maxprocesses", "--max-worker-restart", "--rootdir"})
+    "--junit-prefix", "--tx", "--maxprocesses", "--max-worker-restart", "--rootdir",
+    "--verbosity", "--durations-min", "--code-highlight", "--show-capture", "--log-format",
+    "--log-date-format", "--log-cli-format", "--log-cli-date-format", "--log-file-level",
+    "--log-file-format", "--log-file-date-format", "--log-file-mode", "--cov", "--cov-report",
+    "--cov-config", "--cov-fail-under", "--cov-context", "--html", "--css", "--reruns",
+    "--reruns-delay", "--only-rerun", "--timeout-method", "--report-log"})
 """pytest options (with a value) that leave which tests a file collects alone (the runs of
 ours name the rootdir: both the recording and the check run, each its own)."""
 _OUTPUT_FLAGS = frozenset({
@@ -28,7 +33,9 @@ _OUTPUT_FLAGS = frozenset({
     "--exitfirst", "--showlocals", "--no-header", "--no-summary", "--strict-markers",
     "--strict", "--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first",
     "--sw", "--stepwise", "--continue-on-collection-errors", "--disable-warnings",
-    "--runxfail", "--co", "--collect-only"})
+    "--runxfail", "--co", "--collect-only", "--setup-show", "--full-trace", "--no-cov",
+    "--no-cov-on-fail", "--cov-append", "--cov-branch", "--self-contained-html",
+    "--strict-config", "--force-short-summary"})
 """pytest's flags that leave which tests a file collects alone (--lf and --sw narrow a run,
 which is judged apart)."""
 

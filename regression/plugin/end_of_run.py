@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from regression.errors import RegressionError
-from regression.plugin.common import crash_reason
+from regression.plugin.common import collecting_options, crash_reason
 from regression.plugin.case_accounts import RunFacts, outcome_from
 from regression.plugin.worker_messages import in_worker
 from regression.plugin.state import OUTCOME
@@ -147,6 +147,7 @@ class EndOfRun:
         declared = by_case(self.job.declarations if self.job is not None else ())
         removed, judged = removed_cases(references, self.ledger.collected,
                                         self.ledger.modules, self._partial_files())
+        self._note_unjudged(references, judged)
         self.ledger.gone |= {case for case, d in declared.items() if d.size == REMOVAL
                              and case.split("::", 1)[0] in judged and case not in removed
                              and case not in self.ledger.collected}
@@ -162,6 +163,28 @@ class EndOfRun:
                 self.ledger.judge(CaseOutcome(nodeid, REMOVED, (
                     f"{detail}. If on purpose, `invoke accept --reason TEXT` declares the "
                     "removal"), path=file, line=1))
+
+    def _note_unjudged(self, references: ReadyReferences, judged: set[str]) -> None:
+        """Say where removed cases were not looked for, and why: a run that could not judge
+        them must not read as one that found none."""
+        suite = references.suite
+        if not suite.conditions:
+            options = collecting_options(list(self.config.invocation_params.args))
+            self.ledger.notes.append(
+                f"removed cases not judged: {' '.join(options[:3])} on the command line may "
+                "decide which cases exist, and the reference's recording does not see it "
+                "(put it in PYTEST_ADDOPTS, which both runs see)" if options else
+                "removed cases not judged: PYTEST_ADDOPTS cannot be read as options")
+            return
+        files = {file for file, _ in suite.files.items()} - judged - self._partial_files()
+        unjudged = [f for f in files if _other_conditions(references, f)]
+        if unjudged:
+            self.ledger.notes.append(
+                f"removed cases not judged in {len(unjudged)} test "
+                f"{'file' if len(unjudged) == 1 else 'files'} ({', '.join(sorted(unjudged)[:3])}"
+                "): the reference's cases were collected under other pytest settings or "
+                "PYTEST_ADDOPTS options than this run's; `invoke gen --force` collects "
+                "them again under these")
 
     def _partial_files(self) -> set[str]:
         """The test files this run collected only in part: named with a case (file::test)."""
@@ -265,6 +288,17 @@ def removed_cases(references: ReadyReferences, collected: set[str], modules: set
         judged.add(file)
         removed += [c for c in stored.cases if c not in collected]
     return removed, judged
+
+
+def _other_conditions(references: ReadyReferences, file: str) -> bool:
+    """Whether the stored collection of `file` was taken under other conditions."""
+    from regression.errors import StoreError
+
+    try:
+        stored = references.entry.collection(file)
+    except StoreError:
+        return False
+    return stored is not None and stored.conditions != references.suite.conditions
 
 
 def _named(outcomes: list[CaseOutcome]) -> list[str]:

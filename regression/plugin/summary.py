@@ -46,4 +46,5 @@ class Summary:
         ledger = self.ledger
         lines = summary_lines(ledger.label, ledger.outcomes.values(),
                               stale_of(ledger, self.declarations)) if ledger.outcomes else []
-        return [*lines, *(f"ERROR {error}" for error in ledger.errors)]
+        return [*lines, *(f"NOTE {note}" for note in ledger.notes),
+                *(f"ERROR {error}" for error in ledger.errors)]

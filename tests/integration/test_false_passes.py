@@ -811,10 +811,20 @@ def test_an_option_that_narrows_what_the_tests_collect_is_no_removal(tmp_path: P
     assert repo.invoke("test").returncode == 0
     narrowed = repo.invoke("test", env={"PYTEST_ADDOPTS": "--only-first"})
     assert narrowed.returncode == 0 and "REMOVED" not in output(narrowed), output(narrowed)
+    assert "NOTE removed cases not judged in 1 test file (tests/test_models.py): the " \
+        "reference's cases were collected under other pytest settings or PYTEST_ADDOPTS " \
+        "options than this run's; `invoke gen --force` collects them again under these" in \
+        output(narrowed), output(narrowed)  # said, not silent
     plain = repo.pytest("--only-first", "tests")
     assert plain.returncode == 0 and "REMOVED" not in output(plain), output(plain)
+    assert "NOTE removed cases not judged: --only-first on the command line may decide " \
+        "which cases exist" in output(plain), output(plain)
     assert repo.invoke("gen", "--force", env={"PYTEST_ADDOPTS": "--only-first"}).returncode == 0
     repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["b", "c"]'))
     removed = repo.invoke("test", env={"PYTEST_ADDOPTS": "--only-first"})
     assert removed.returncode == 1, output(removed)
     assert "REMOVED tests/test_models.py::test_model[a]" in output(removed)
+    assert "NOTE" not in output(removed), output(removed)
+    shown = "--verbosity=2 --setup-show --durations-min 0.5"  # pytest's output options alone
+    judged = repo.invoke("test", env={"PYTEST_ADDOPTS": f"--only-first {shown}"})
+    assert "REMOVED tests/test_models.py::test_model[a]" in output(judged), output(judged)

@@ -80,9 +80,13 @@ def test_a_worker_s_ledger_merges_into_its_controller_s_through_json() -> None:
     worker.judge(CaseOutcome("t::a", CHANGED, "d", ("x: 1 differs",), "t.py", 3))
     worker.error("an error")
     worker.durations["t::a"] = 0.5
+    worker.gone.add("t::gone")
+    worker.notes += ["not judged", "a note"]
     controller = CaseAccounts(expected={"t::c"})
     controller.error("an error")
+    controller.notes.append("not judged")  # each worker says it: said once
     controller.merge(json.loads(json.dumps(worker.data())))
+    assert controller.notes == ["not judged", "a note"] and controller.gone == {"t::gone"}
     assert controller.expected == {"t::a", "t::b", "t::c"}
     assert controller.label == "v1 (abc)"
     assert controller.outcomes["t::a"] == worker.outcomes["t::a"]
