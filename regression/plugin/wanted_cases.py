@@ -37,7 +37,7 @@ class WantedCases:
                                       items: list[pytest.Item]) -> None:
         run = self.run
         run.collected = (run.collected or set()) | {i.nodeid for i in items}
-        run.collected_cases |= {i.nodeid for i in items if uses_fixture(i) and not _empty(i)}
+        run.collected_cases |= {i.nodeid for i in items if uses_fixture(i)}
         run.test_modules |= {i.path for i in items}
         wanted = [i for i in items if i.nodeid in run.cases and uses_fixture(i)
                   and not run.failed]
@@ -51,7 +51,7 @@ class WantedCases:
         """Cases deselected by -k or -m were collected: they exist at the reference."""
         run = self.run
         run.collected = (run.collected or set()) | {i.nodeid for i in items}
-        run.collected_cases |= {i.nodeid for i in items if uses_fixture(i) and not _empty(i)}
+        run.collected_cases |= {i.nodeid for i in items if uses_fixture(i)}
         run.test_modules |= {i.path for i in items}
 
     def pytest_exception_interact(self, node: pytest.Item | pytest.Collector,
@@ -128,9 +128,3 @@ class WantedCases:
         reporter.write_line(f"{PROGRESS}[{self.finished}/{len(self.run.cases)}] "
                             f"{nodeid}", flush=True)
 
-
-def _empty(item: pytest.Item) -> bool:
-    """Whether `item` stands for a parameter set that is empty (`test_x[NOTSET]`, skipped or
-    xfailed as pytest's empty_parameter_set_mark says): no case, so none to remove."""
-    return any(str(mark.kwargs.get("reason", "")).startswith("got empty parameter set")
-               for mark in item.iter_markers() if mark.name in ("skip", "xfail"))

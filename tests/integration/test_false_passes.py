@@ -776,6 +776,22 @@ def test_a_case_the_test_code_no_longer_makes_is_no_removal(tmp_path: Path) -> N
     assert "REMOVED tests/test_models.py::test_model[a]" in output(by_subject)
 
 
+def test_the_stand_in_for_an_empty_parameter_set_is_no_case(tmp_path: Path) -> None:
+    """A test parametrized over a family the library has none of (yet) is pytest's skipped
+    stand-in, `[NOTSET]`: no case, so not one missing from the reference (before: reported
+    so every run, and an error under --strict)."""
+    repo = tagged_repo(tmp_path / "repo", tmp_path / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path="."),
+        "subj/__init__.py": LISTED_SUBJECT.format(models='["a"]'),
+        "tests/test_models.py": LISTED_TESTS.format(extra=""),
+        "tests/test_vit.py": LISTED_TESTS.format(extra="").replace(
+            "subj.MODELS)", "[m for m in subj.MODELS if 'vit' in m])")})
+    done = repo.invoke("test", "--strict")
+    assert done.returncode == 0, output(done)
+    assert "NOTSET" not in done.stdout.split("= torch-regression =", 1)[1], output(done)
+    assert "1 case: 1 identical" in output(done), output(done)
+
+
 OPTION_CONFTEST = """\
 import subj
 
