@@ -151,6 +151,14 @@ class EndOfRun:
         self.ledger.gone |= {case for case, d in declared.items() if d.size == REMOVAL
                              and case.split("::", 1)[0] in judged and case not in removed
                              and case not in self.ledger.collected}
+        if removed and not self._subject_changed(references):
+            self.ledger.notes.append(
+                f"{len(removed)} {'case' if len(removed) == 1 else 'cases'} the reference "
+                f"collected {'is' if len(removed) == 1 else 'are'} not collected here "
+                f"({_listed(removed)}), though the subject is the reference's and so is the "
+                "test code: something else decides which cases exist (an environment "
+                "variable the tests read?); not judged as removed")
+            return
         for nodeid in removed:
             file = nodeid.split("::", 1)[0]
             detail = (f"collected at the reference {references.label}, not here, by the same "
@@ -163,6 +171,20 @@ class EndOfRun:
                 self.ledger.judge(CaseOutcome(nodeid, REMOVED, (
                     f"{detail}. If on purpose, `invoke accept --reason TEXT` declares the "
                     "removal"), path=file, line=1))
+
+    def _subject_changed(self, references: ReadyReferences) -> bool:
+        """Whether the subject checked (the working tree's) differs from the reference's: a
+        candidate's worktree (compare) counts as changed."""
+        if self.state.subject_root is not None:
+            return True
+        from regression.repository.revision import subject_changed
+        from regression.run.types import subject_folder
+
+        reference = references.suite.reference
+        settings = reference.settings
+        return subject_changed(reference.repo, reference.sha,
+                               subject_folder(settings, reference.repo),
+                               settings.subject_packages)
 
     def _note_unjudged(self, references: ReadyReferences, judged: set[str]) -> None:
         """Say where removed cases were not looked for, and why: a run that could not judge

@@ -209,6 +209,18 @@ def _only_remote(repo: Repository, revision: str) -> str:
             f"with every fetch), or create the branch: `git branch {name} {remotes[0]}`.")
 
 
+def subject_changed(repo: Repository, sha: str, folder: str, packages: Sequence[str]) -> bool:
+    """Whether the working tree's subject packages in `folder` (relative to the repository's
+    top, "" for the top) differ from commit `sha`'s: a file edited, added or removed,
+    tracked or not (ignored ones aside). True where git cannot tell."""
+    paths = [name for p in packages for name in ((f"{folder}/{p}" if folder else p),
+                                                 (f"{folder}/{p}.py" if folder else f"{p}.py"))]
+    if git_process(repo, "diff", "--quiet", sha, "--", *paths).returncode != 0:
+        return True
+    others = git_process(repo, "ls-files", "--others", "--exclude-standard", "--", *paths)
+    return others.returncode != 0 or bool(others.stdout.strip())
+
+
 def subject_objects(repo: Repository, sha: str, folder: str, packages: Sequence[str]
                     ) -> list[tuple[str, str, str]]:
     """(path, "tree" or "blob", object id) at commit `sha` of each subject package in

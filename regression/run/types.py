@@ -63,11 +63,17 @@ def subject_code(settings: Settings, repo: Repository, sha: str) -> str:
     from regression.environment.fingerprint import code_part
     from regression.repository.revision import subject_objects
 
+    return code_part(subject_objects(repo, sha, subject_folder(settings, repo),
+                                     settings.subject_packages))
+
+
+def subject_folder(settings: Settings, repo: Repository) -> str:
+    """The folder the subject packages are in, relative to the repository's top ("" for
+    the top), as git names it."""
     top = Path(repo.working_dir).resolve()
     folder = (settings.root / settings.subject_path).resolve()
     relative = folder.relative_to(top).as_posix() if folder.is_relative_to(top) else "."
-    return code_part(subject_objects(repo, sha, "" if relative == "." else relative,
-                                     settings.subject_packages))
+    return "" if relative == "." else relative
 
 
 def shard_cases(settings: Settings, cases: Iterable[str], spec: ShardSpec | None) -> set[str]:

@@ -776,6 +776,29 @@ def test_a_case_the_test_code_no_longer_makes_is_no_removal(tmp_path: Path) -> N
     assert "REMOVED tests/test_models.py::test_model[a]" in output(by_subject)
 
 
+def test_cases_gone_while_the_subject_is_the_reference_s_are_no_removal(tmp_path: Path
+                                                                       ) -> None:
+    """The tests pick models by an environment variable: a run that picks fewer, with the
+    subject as the reference has it, removed nothing; it says what it did not judge (before:
+    REMOVED, blaming the subject). Once the subject changes, a removal is one again."""
+    chosen = LISTED_TESTS.format(extra="import os").replace(
+        "subj.MODELS)", "os.environ.get('MODELS', ','.join(subj.MODELS)).split(','))")
+    repo = tagged_repo(tmp_path / "repo", tmp_path / "cache", {
+        "config.yaml": CONFIG.format(reference="v1", path="."),
+        "subj/__init__.py": LISTED_SUBJECT.format(models='["a", "b"]'),
+        "tests/test_models.py": chosen})
+    assert repo.invoke("test").returncode == 0
+    fewer = repo.invoke("test", env={"MODELS": "a"})
+    assert fewer.returncode == 0 and "REMOVED" not in output(fewer), output(fewer)
+    assert "NOTE 1 case the reference collected is not collected here " \
+        "(tests/test_models.py::test_model[b]), though the subject is the reference's" in \
+        output(fewer), output(fewer)
+    repo.write("subj/__init__.py", LISTED_SUBJECT.format(models='["a", "b"]') + "# edited\n")
+    edited = repo.invoke("test", env={"MODELS": "a"})
+    assert edited.returncode == 1 and "REMOVED tests/test_models.py::test_model[b]" in \
+        output(edited), output(edited)
+
+
 def test_the_stand_in_for_an_empty_parameter_set_is_no_case(tmp_path: Path) -> None:
     """A test parametrized over a family the library has none of (yet) is pytest's skipped
     stand-in, `[NOTSET]`: no case, so not one missing from the reference (before: reported
