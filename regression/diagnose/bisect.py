@@ -195,6 +195,18 @@ def _changed(before: Outputs, after: Outputs) -> Differences:
     return [] if REMOVED in before else compare_outputs(before, after)
 
 
+def _collected_again(last: Outputs, now: Outputs) -> Differences:
+    """A case collected again: said with how its outputs compare with those it had when
+    last collected."""
+    from regression.compare.outputs import SHAPES, Difference, compare_outputs
+    from regression.report import changed_detail
+
+    since = compare_outputs(last, now)
+    how = f"collected again, changed: {changed_detail(since)}" if since else \
+        "collected again, as before its removal"
+    return [(REMOVED, [Difference("the case", how, kind=SHAPES)])]
+
+
 def removal(changed: Differences) -> bool:
     """Whether a case's differences are its removal (or its return)."""
     return bool(changed) and changed[0][0] == REMOVED
@@ -366,15 +378,20 @@ def scan(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bis
     before = at_commits.required("good", good, result.cases)
     after = {c: good for c in before}  # the last commit judged for each case
     hidden: dict[str, list[str]] = {c: [] for c in before}  # skipped for it since
+    present = dict(before)  # each case's outputs where last collected
     for number, sha in enumerate(result.commits, 1):
         echo(f"trying {short(sha)} ({number} of {len(result.commits)}) ...")
         now = at_commits.outputs(sha, list(before))
         at_commits.progress(sha, list(before))
         for case, changed in changed_cases(before, now).items():
+            if REMOVED in before[case]:  # back: as it was before its removal, or not
+                changed = _collected_again(present[case], now[case])
             _change_at(result, sha, after[case], tuple(hidden[case])).cases[case] = changed
         for case in before:
             if case in now:
                 before[case], after[case], hidden[case] = now[case], sha, []
+                if REMOVED not in now[case]:
+                    present[case] = now[case]
             elif case in result.skipped.get(sha, {}):
                 hidden[case].append(sha)
     _set_aside_flaky(result, at_commits, bad)

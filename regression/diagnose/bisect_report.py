@@ -45,19 +45,21 @@ def bisection_lines(result: Bisection, subject_line: Callable[[str], str]) -> li
 
 def _first_commit_lines(result: Bisection, change: Change,
                         subject_line: Callable[[str], str]) -> list[str]:
-    """One commit changed every case: its first case in full, the others in one line."""
+    """One commit changed every case: its first changed case in full (a removal has no
+    more to say), then the others in one line each."""
     from regression.report import mismatch_message
 
     good = short(result.good)
     lines = [f"first commit whose outputs differ from good {good}: {short(change.sha)} "
              f"{subject_line(change.sha)}", *_merged_lines(change)]
-    for number, (case, changed) in enumerate(change.cases.items()):
-        if number or removal(changed):
-            lines.append(f"  {case}: {_detail(changed)}")
-            continue
-        lines.append(f"  {case}:")
+    full = next((case for case, changed in change.cases.items() if not removal(changed)), "")
+    if full:
+        changed = change.cases[full]
+        lines.append(f"  {full}:")
         lines += [f"    {line}" for line in
                   mismatch_message(f"good {good}", changed, len(changed)).splitlines()]
+    lines += [f"  {case}: {_detail(changed)}" for case, changed in change.cases.items()
+              if case != full]
     return lines
 
 

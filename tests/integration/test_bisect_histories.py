@@ -233,9 +233,9 @@ def listed_subject(names: tuple[str, ...], scales: dict[str, float] | None = Non
 @pytest.mark.slow
 def test_bisect_and_scan_name_the_commit_that_removed_a_case(tmp_path: Path) -> None:
     """The tests parametrize over the library's own list: a commit drops c from it, a later
-    one changes a. The check run says c's cases are removed; bisect (and scan, and --case)
-    name the commit that dropped c, as for a's change; before, c was not judged at all
-    ("nothing differs" where c alone had gone)."""
+    one changes a, a last one brings c back changed. Bisect (and --case) names the commit
+    that dropped c, as for a's change, and scan each one, with how c came back; before, a
+    removed case was not judged at all ("nothing differs" where c alone had gone)."""
     repo = models_repo(tmp_path)
     repo.write("subj/__init__.py", listed_subject(MODELS))
     repo.write("tests/test_models.py", LISTED_TESTS)
@@ -245,6 +245,7 @@ def test_bisect_and_scan_name_the_commit_that_removed_a_case(tmp_path: Path) -> 
         ("harmless", listed_subject(MODELS) + "# a comment\n"),
         ("drop c", listed_subject(("a", "b", "d"))),
         ("change a", listed_subject(("a", "b", "d"), {"a": 1.5})),
+        ("c back, scaled", listed_subject(MODELS, {"a": 1.5, "c": 2.0})),
     ])
     done = repo.invoke("bisect", "--good", "v2")
     text = output(done)
@@ -253,9 +254,10 @@ def test_bisect_and_scan_name_the_commit_that_removed_a_case(tmp_path: Path) -> 
     found = listed(text, "each with the cases it changed:")
     assert found == {shas["drop c"]: [case("c")], shas["change a"]: [case("a")]}, text
     assert f"    {case('c')}: removed: not collected here" in text, text
-    assert "recording 1 case again (2 of 2)" in text, text  # a's: nothing to repeat for c
     scan = repo.invoke("bisect", "--good", "v2", "--scan")
-    assert listed(output(scan), "cases judged:\n") == found, output(scan)
+    assert listed(output(scan), "cases judged:\n") == {**found, shas["c back, scaled"]: [
+        case("c")]}, output(scan)
+    assert f"    {case('c')}: collected again, changed: 'out': " in output(scan), output(scan)
     one = repo.invoke("bisect", "--good", "v2", "--case", case("c"))
     assert f"differ from good {repo.git('rev-parse', 'v2^{commit}')[:12]}: {shas['drop c']} " \
            "drop c\n" in output(one), output(one)

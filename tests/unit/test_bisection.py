@@ -130,6 +130,12 @@ def test_a_removal_is_reported_in_one_line_not_as_an_output() -> None:
         text = "\n".join(lines)
         assert "t.py::x: removed: not collected here" in text, text
         assert "output '" not in text and "\0" not in text, text
+    changed = changed_cases({"t.py::y": {"out": torch.tensor([0.0])}},
+                            {"t.py::y": {"out": torch.tensor([1.0])}})
+    result.changes = [Change(bad, good, {**differences, **changed})]  # x sorts first
+    lines = bisection_lines(result, lambda sha: "Drop x, change y")
+    assert lines[1] == "  t.py::y:" and "output 'out' is not bit-identical" in lines[2], lines
+    assert "  t.py::x: removed: not collected here" in lines, lines
 
 
 def teststeps_left_counts_a_stretch_two_searches_share_once() -> None:
