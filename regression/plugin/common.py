@@ -134,7 +134,11 @@ def pytest_section(path: Path) -> str:
 
 
 def report_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
-    """The last line of a report's text: the fallback when no exception is at hand."""
+    """The last line of a report's text: the fallback when no exception is at hand; a
+    skip's own message (its report holds it as (path, line, message))."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")[:500]
     text = report.longreprtext.strip().splitlines()
     return (text[-1] if text else report.outcome)[:500]
 

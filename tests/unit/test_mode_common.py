@@ -136,3 +136,13 @@ def test_pytest_s_section_of_its_settings_file_is_what_counts(
     assert pytest_section(path) == first
     path.write_text(after)
     assert pytest_section(path) != first
+
+
+def test_a_skip_s_reason_is_its_message_not_its_tuple() -> None:
+    from regression.plugin.common import report_reason
+
+    skipped = pytest.CollectReport("t/test_c.py", "skipped", ("/x/t/test_c.py", 4,
+                                                              "Skipped: no conv model"), [])
+    assert report_reason(skipped) == "no conv model"
+    failed = pytest.CollectReport("t/test_c.py", "failed", "E   ImportError: no x\nlast", [])
+    assert report_reason(failed) == "last"
