@@ -104,10 +104,30 @@ def collection_conditions(config: pytest.Config) -> str:
 
 def pytest_settings(config: pytest.Config) -> str:
     """pytest's settings as stable text, part of every case's harness: its section of the
-    settings file and the `-o` overrides (command line, PYTEST_ADDOPTS); "" where none."""
+    settings file and the `-o` overrides of PYTEST_ADDOPTS, which the recording sees too
+    (not those of plain pytest's command line, which it does not); "" where none."""
+    import shlex
+
     section = pytest_section(config.inipath) if config.inipath is not None else ""
-    overrides = sorted(config.getoption("override_ini", None) or [])
+    try:
+        words = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    except ValueError:
+        words = []  # pytest itself refuses what it cannot split
+    overrides = sorted(_overrides(words))
     return "\0".join([section, *overrides]) if section or overrides else ""
+
+
+def _overrides(words: list[str]) -> list[str]:
+    """The values of `-o NAME=VALUE` (`-oNAME=VALUE`, `--override-ini[=]NAME=VALUE`)."""
+    found = []
+    for index, word in enumerate(words):
+        if word in ("-o", "--override-ini") and index + 1 < len(words):
+            found.append(words[index + 1])
+        elif word.startswith("--override-ini="):
+            found.append(word.split("=", 1)[1])
+        elif word.startswith("-o") and len(word) > 2 and not word.startswith("--"):
+            found.append(word[2:])
+    return found
 
 
 def pytest_section(path: Path) -> str:

@@ -146,3 +146,15 @@ def test_a_skip_s_reason_is_its_message_not_its_tuple() -> None:
     assert report_reason(skipped) == "no conv model"
     failed = pytest.CollectReport("t/test_c.py", "failed", "E   ImportError: no x\nlast", [])
     assert report_reason(failed) == "last"
+
+
+@pytest.mark.parametrize("addopts, found", [
+    ("-o a=1 -ob=2 --override-ini c=3 --override-ini=d=4 -v", ["a=1", "b=2", "c=3", "d=4"]),
+    ("-x -p no:cacheprovider", []), ("-o", [])])
+def test_the_overrides_of_pytest_addopts_are_read_in_each_spelling(
+        addopts: str, found: list[str]) -> None:
+    import shlex
+
+    from regression.plugin.common import _overrides
+
+    assert _overrides(shlex.split(addopts)) == found
