@@ -55,8 +55,9 @@ class TreeWatch:
         """Real path -> "run" or "read", for files inside the project."""
         self.asked: dict[str, str] = {}
         """Real path -> "asked about" or "listed": paths of the reference the user's code
-        (the subject's, the tests') stat-ed or listed, there or not (a file's absence at
-        the reference is as telling as its content)."""
+        (the subject's, the tests') stat-ed or listed. Only those there count (reference_
+        reads): libraries try a model's name as a local path first, and nearly every such
+        name is no file."""
         self.imported: set[str] = set()
         """Real paths of project modules named by an import statement (pytest imports test
         modules with importlib, so a test module here was imported by other code)."""
@@ -207,8 +208,17 @@ class TreeWatch:
             found[path.relative_to(self.reference).as_posix()] = \
                 "run" if path.suffix in _CODE else how
         for real, how in sorted(self.asked.items()):
-            found.setdefault(Path(real).relative_to(self.reference).as_posix(), how)
+            if self._there_before(real) and Path(real).name != ".git":
+                found.setdefault(Path(real).relative_to(self.reference).as_posix(), how)
         return found
+
+    def _there_before(self, real: str) -> bool:
+        """Whether the file or folder `real` is there, and was before the recording began
+        (one it made is its own)."""
+        try:
+            return os.lstat(real).st_mtime_ns < self.started or os.path.isdir(real)
+        except OSError:
+            return False
 
     def _is_free(self, path: Path) -> bool:
         """Package metadata, inside a free folder (worktree, cache, .git, libraries), or the

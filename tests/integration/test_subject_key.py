@@ -135,7 +135,8 @@ def switches():
     list(importlib.metadata.distributions())  # lists sys.path's folders: the library's own
     os.path.exists(os.path.join(HERE, "weights.bin"))  # its own package: in the key
     return (os.path.exists("FAST_PATH"), Path("switches/b").is_file(),
-            sorted(os.listdir("plugins")), glob.glob("extras/*.txt"))
+            sorted(os.listdir("plugins")), glob.glob("extras/*.txt"),
+            os.path.isfile("resnet50"), Path(".git").exists())  # a name; every checkout's
 '''
 
 ASKING_TESTS = """\
@@ -155,14 +156,16 @@ def test_switches(regression):
 def test_what_the_code_asks_of_the_reference_outside_the_subject_stops_the_recording(
         tmp_path: Path) -> None:
     """Whether a file is there, or what a folder holds, is read of the reference too: a
-    commit that added FAST_PATH alone (or removed it: asked about while absent) would keep
-    the key. Asked by the subject or the tests, through os.path, pathlib, os.listdir or
-    glob; not what installed code (importlib.metadata listing sys.path) asks, nor a path of
-    the subject's own package or of the test folders."""
+    commit that removed FAST_PATH alone would keep the key. Asked by the subject or the
+    tests, through os.path, pathlib, os.listdir or glob; not what installed code
+    (importlib.metadata listing sys.path) asks, nor a path of the subject's own package or
+    of the test folders, nor one that is not there (a model's name tried as a path)."""
     repo = flat_subject_repo(tmp_path / "repo", tmp_path / "cache")
     repo.write("subj/__init__.py", ASKING_SUBJECT)
     repo.write("tests/test_switches.py", ASKING_TESTS)
     repo.write("switches/b", "on\n")
+    repo.write("FAST_PATH", "")
+    repo.write("RELEASE", "")
     repo.write("plugins/one.py", "")
     repo.write("extras/a.txt", "")
     repo.commit("switches beside the subject")

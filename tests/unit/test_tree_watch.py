@@ -167,7 +167,8 @@ def test_a_question_is_the_user_s_only_and_of_the_reference_outside_its_subject(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Who asked decides (the user's code; not an installed package's, even one installed
     inside the project), and what was asked about: the reference's paths outside its
-    subject's code, there or not; its root only as a folder listed."""
+    subject's code that are there (a model's name tried as a path is no file), but .git;
+    its root only as a folder listed."""
     from regression.plugin import tree_watch
 
     project, reference = tmp_path / "project", tmp_path / "worktree"
@@ -175,15 +176,17 @@ def test_a_question_is_the_user_s_only_and_of_the_reference_outside_its_subject(
         folder.mkdir(parents=True)
     installed = project / ".venv" / "site-packages"
     monkeypatch.setattr(tree_watch, "library_folders", lambda: (installed,))
+    for there in ("FAST_PATH", "RELEASE", ".git"):
+        (reference / there).write_text("")
     watch = TreeWatch(project, [], [], [project / "subj"], [project / "tests"], reference,
                       keyed=[reference / "subj"])
     user, library = str(project / "tests" / "test_a.py"), str(installed / "lib.py")
-    watch.saw_question(reference / "FAST_PATH", "asked about", user)  # absent: still told
+    watch.saw_question(reference / "FAST_PATH", "asked about", user)
+    watch.saw_question(reference / "resnet50", "asked about", user)  # a name, not a file
+    watch.saw_question(reference / ".git", "asked about", user)  # every checkout has one
     watch.saw_question(reference / "subj" / "w.bin", "asked about", user)  # in the key
     watch.saw_question(reference / "RELEASE", "asked about", library)  # not the user's asking
     watch.saw_question(reference, "asked about", user)  # the root itself: nothing of it
     watch.saw_question(reference, "listed", user)  # but what it holds
     watch.saw_question(tmp_path / "elsewhere", "asked about", user)  # not the reference's
-    assert watch.asked == {str(reference / "FAST_PATH"): "asked about",
-                           str(reference): "listed"}
     assert watch.reference_reads() == {"FAST_PATH": "asked about", ".": "listed"}
