@@ -354,7 +354,8 @@ def _note_question(path: object, how: str, depth: int) -> None:
     _OWN.reading = True
     try:
         frame: FrameType | None = sys._getframe(depth)
-        while frame is not None and frame.f_code.co_filename.endswith(_PATH_CODE):
+        while frame is not None and (frame.f_code.co_filename.endswith(_PATH_CODE) or
+                                     _PATHLIB in frame.f_code.co_filename):
             frame = frame.f_back
         if frame is not None and _WATCHES:
             _WATCHES[0].saw_question(path, how, frame.f_code.co_filename)
@@ -368,6 +369,8 @@ _PATH_CODE = (f"{os.sep}os.py", f"{os.sep}genericpath.py", f"{os.sep}posixpath.p
               f"{os.sep}pathlib.py", f"{os.sep}glob.py", "<frozen os>", "<frozen posixpath>",
               "<frozen genericpath>")
 """Where os.path, pathlib and glob, which stat and list on their caller's behalf, live."""
+_PATHLIB = f"{os.sep}pathlib{os.sep}"
+"""pathlib as a package (Python 3.13 on)."""
 
 
 def stop_watching() -> None:
