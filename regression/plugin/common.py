@@ -34,7 +34,7 @@ _OUTPUT_ONLY = frozenset({
     "--log-date-format", "--log-cli-format", "--log-cli-date-format", "--log-file-level",
     "--log-file-format", "--log-file-date-format", "--log-file-mode", "--cov", "--cov-report",
     "--cov-config", "--cov-fail-under", "--cov-context", "--html", "--css", "--reruns",
-    "--reruns-delay", "--only-rerun", "--timeout-method", "--report-log"})
+    "--reruns-delay", "--only-rerun", "--timeout-method", "--report-log", "--pdbcls"})
 """pytest options (with a value) that leave which tests a file collects alone (the runs of
 ours name the rootdir: both the recording and the check run, each its own)."""
 _OUTPUT_FLAGS = frozenset({
@@ -44,7 +44,7 @@ _OUTPUT_FLAGS = frozenset({
     "--sw", "--stepwise", "--continue-on-collection-errors", "--disable-warnings",
     "--runxfail", "--co", "--collect-only", "--setup-show", "--full-trace", "--no-cov",
     "--no-cov-on-fail", "--cov-append", "--cov-branch", "--self-contained-html",
-    "--strict-config", "--force-short-summary"})
+    "--strict-config", "--force-short-summary", "--pdb", "--trace", "--cache-clear"})
 """pytest's flags that leave which tests a file collects alone (--lf and --sw narrow a run,
 which is judged apart)."""
 

@@ -139,8 +139,11 @@ class EndOfRun:
         without deselecting them."""
         references = self.state.references
         option = self.config.option
-        if references is None or self.ledger.collected is None \
-                or getattr(option, "lf", False) or getattr(option, "stepwise", False):
+        if references is None or self.ledger.collected is None:
+            return
+        if getattr(option, "lf", False) or getattr(option, "stepwise", False):
+            self.ledger.notes.append("removed cases not judged: --lf and --sw drop tests "
+                                     "without deselecting them")
             return
         from regression.declarations import REMOVAL, by_case
 

@@ -105,8 +105,10 @@ class TreeWatch:
         asked = self._resolved(os.path.normpath(absolute))
         inside = asked.startswith(self.reference_prefix) or \
             (how == "listed" and asked == str(self.reference))
-        if inside and not any(asked == k.rstrip(os.sep) or asked.startswith(k)
-                              for k in self.keyed_code):
+        above = how == "asked about" and any(k.startswith(asked + os.sep)
+                                             for k in self.keyed_code)  # realpath's steps
+        if inside and not above and not any(asked == k.rstrip(os.sep) or asked.startswith(k)
+                                            for k in self.keyed_code):
             self.asked.setdefault(asked, how)
 
     def saw_variable(self, name: str, filename: str, line: int) -> None:
@@ -207,18 +209,11 @@ class TreeWatch:
                 continue  # gone: made and removed by the recording
             found[path.relative_to(self.reference).as_posix()] = \
                 "run" if path.suffix in _CODE else how
-        for real, how in sorted(self.asked.items()):
-            if self._there_before(real) and Path(real).name != ".git":
-                found.setdefault(Path(real).relative_to(self.reference).as_posix(), how)
+        asked = {Path(real).relative_to(self.reference).as_posix(): how
+                 for real, how in self.asked.items()}
+        for name in sorted(_committed(self.reference, asked)):
+            found.setdefault(name, asked[name])
         return found
-
-    def _there_before(self, real: str) -> bool:
-        """Whether the file or folder `real` is there, and was before the recording began
-        (one it made is its own)."""
-        try:
-            return os.lstat(real).st_mtime_ns < self.started or os.path.isdir(real)
-        except OSError:
-            return False
 
     def _is_free(self, path: Path) -> bool:
         """Package metadata, inside a free folder (worktree, cache, .git, libraries), or the
@@ -226,6 +221,24 @@ class TreeWatch:
         return (any(part.endswith((".egg-info", ".dist-info")) for part in path.parts)
                 or any(path.is_relative_to(f) for f in self.free)
                 or is_package_above(path, self.tests + self.free))
+
+
+def _committed(worktree: Path, names: Iterable[str]) -> set[str]:
+    """Those of `names` (relative to the reference's project folder in its worktree) that
+    the reference's commit holds: a file, or a folder with one in it. What the recording
+    made (a folder of checkpoints, pytest's --basetemp) is not, nor a name no file has (a
+    model's name tried as a path). All of them where git cannot tell."""
+    from regression.repository.gitcmd import git_process
+
+    names = sorted(names)
+    if not names:
+        return set()
+    done = git_process(worktree, "ls-files", "-z", "--", *(f":(literal){n}" for n in names))
+    if done.returncode != 0:
+        return set(names)
+    listed = [entry for entry in done.stdout.split("\0") if entry]
+    return {n for n in names if n == "." and listed or
+            any(entry == n or entry.startswith(f"{n}/") for entry in listed)}
 
 
 _CODE = (".py", ".pyc", ".so", ".pyd")
@@ -333,10 +346,10 @@ _ENVIRON_CODE = (f"{os.sep}os.py", f"{os.sep}_collections_abc.py", "<frozen os>"
 
 
 def _note_questions() -> None:
-    """Every `os.stat` and `os.lstat` (`os.path.exists`, `isfile`, `Path.exists`...) is
-    noted with the code that asked, past os.path and pathlib (importlib's own stats go to
-    posix directly); listings raise audit events."""
-    for name in ("stat", "lstat"):
+    """Every `os.stat`, `os.lstat` and `os.access` (`os.path.exists`, `isfile`,
+    `Path.exists`...) is noted with the code that asked, past os.path and pathlib
+    (importlib's own stats go to posix directly); listings raise audit events."""
+    for name in ("stat", "lstat", "access"):
         original = getattr(os, name)
 
         def asked(path: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:

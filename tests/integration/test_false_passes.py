@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -864,6 +866,11 @@ def test_an_option_that_narrows_what_the_tests_collect_is_no_removal(tmp_path: P
     assert removed.returncode == 1, output(removed)
     assert "REMOVED tests/test_models.py::test_model[a]" in output(removed)
     assert "NOTE" not in output(removed), output(removed)
+    last_failed = subprocess.run(  # plain pytest's, its cache on: drops tests unsaid
+        [sys.executable, "-m", "pytest", "--lf", "tests"], cwd=repo.path, env=repo.env(),
+        text=True, capture_output=True, check=False, timeout=600)
+    assert "NOTE removed cases not judged: --lf and --sw drop tests without deselecting " \
+        "them" in output(last_failed), output(last_failed)
     shown = "--verbosity=2 --setup-show --durations-min 0.5"  # pytest's output options alone
     judged = repo.invoke("test", env={"PYTEST_ADDOPTS": f"--only-first {shown}"})
     assert "REMOVED tests/test_models.py::test_model[a]" in output(judged), output(judged)

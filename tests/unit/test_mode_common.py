@@ -109,6 +109,9 @@ def test_an_error_raised_in_the_users_code_names_one_place(tmp_path: Path) -> No
     (["--import-mode=importlib", "-m", "slow"], ["--import-mode=importlib"]),
     (["-p", "no:randomly", "-pno:cacheprovider", "-p", "myplugin", "-pother"],
      ["-p myplugin", "-pother"]),  # a plugin loaded may parametrize
+    (["--verbosity=2", "--setup-show", "--durations-min", "0.5", "--code-highlight=no",
+      "--pdb", "--trace", "--cache-clear", "--cov=src", "--cov-report", "term", "--reruns",
+      "2", "--html=r.html"], []),  # pytest's and common plugins' output and debugging
 ])
 def test_the_options_that_may_decide_what_a_file_collects(args: list[str],
                                                           found: list[str]) -> None:

@@ -167,24 +167,33 @@ def test_a_question_is_the_user_s_only_and_of_the_reference_outside_its_subject(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Who asked decides (the user's code; not an installed package's, even one installed
     inside the project), and what was asked about: the reference's paths outside its
-    subject's code that are there (a model's name tried as a path is no file), but .git;
-    its root only as a folder listed."""
+    subject's code that its commit holds (a model's name tried as a path is no file, a
+    folder the recording made is its own, a folder above the subject's is its path); its
+    root only as a folder listed."""
+    import subprocess
     from regression.plugin import tree_watch
 
     project, reference = tmp_path / "project", tmp_path / "worktree"
-    for folder in (project / "tests", project / ".venv" / "site-packages", reference / "subj"):
+    for folder in (project / "tests", project / ".venv" / "site-packages",
+                   reference / "src" / "subj"):
         folder.mkdir(parents=True)
     installed = project / ".venv" / "site-packages"
     monkeypatch.setattr(tree_watch, "library_folders", lambda: (installed,))
-    for there in ("FAST_PATH", "RELEASE", ".git"):
+    for there in ("FAST_PATH", "RELEASE", "src/subj/__init__.py"):
         (reference / there).write_text("")
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c",
+                                                    "user.email=t@t", "commit", "-qm", "r"]):
+        subprocess.run(["git", *command], cwd=reference, check=True)
+    (reference / "runs").mkdir()  # made by the recording: no file of the commit
     watch = TreeWatch(project, [], [], [project / "subj"], [project / "tests"], reference,
-                      keyed=[reference / "subj"])
+                      keyed=[reference / "src" / "subj"])
     user, library = str(project / "tests" / "test_a.py"), str(installed / "lib.py")
     watch.saw_question(reference / "FAST_PATH", "asked about", user)
     watch.saw_question(reference / "resnet50", "asked about", user)  # a name, not a file
     watch.saw_question(reference / ".git", "asked about", user)  # every checkout has one
-    watch.saw_question(reference / "subj" / "w.bin", "asked about", user)  # in the key
+    watch.saw_question(reference / "runs", "listed", user)
+    watch.saw_question(reference / "src", "asked about", user)  # realpath of the subject's
+    watch.saw_question(reference / "src" / "subj" / "w.bin", "asked about", user)
     watch.saw_question(reference / "RELEASE", "asked about", library)  # not the user's asking
     watch.saw_question(reference, "asked about", user)  # the root itself: nothing of it
     watch.saw_question(reference, "listed", user)  # but what it holds
