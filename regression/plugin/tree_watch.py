@@ -64,6 +64,12 @@ class TreeWatch:
         self.variable_sites: dict[tuple[str, int], set[str]] = {}
         """The environment variables the subject's code read, by where it read them."""
         self.keyed_code = tuple(str(p) + (os.sep if p.is_dir() else "") for p in self.keyed)
+        self._markers = frozenset(str(self.reference / p.relative_to(self.project))
+                                  for p in self.free_files if p.is_relative_to(self.project)
+                                  ) | frozenset(str(self.reference / n) for n in _MARKERS) \
+            if self.reference else frozenset()
+        """The project's own files at the reference (config.yaml, pytest's settings, setup.py,
+        .git): asked about to find the project's top, never a setting of the outputs."""
         self._libraries = tuple(str(p) + os.sep for p in (*library_folders(), THIS_PACKAGE))
         """Installed packages (a virtual environment inside the project too) and this tool:
         what they ask about is no question of the user's code."""
@@ -107,8 +113,8 @@ class TreeWatch:
             (how == "listed" and asked == str(self.reference))
         above = how == "asked about" and any(k.startswith(asked + os.sep)
                                              for k in self.keyed_code)  # realpath's steps
-        if inside and not above and not any(asked == k.rstrip(os.sep) or asked.startswith(k)
-                                            for k in self.keyed_code):
+        if inside and not above and asked not in self._markers and \
+                not any(asked == k.rstrip(os.sep) or asked.startswith(k) for k in self.keyed_code):
             self.asked.setdefault(asked, how)
 
     def saw_variable(self, name: str, filename: str, line: int) -> None:
@@ -241,6 +247,9 @@ def _committed(worktree: Path, names: Iterable[str]) -> set[str]:
             any(entry == n or entry.startswith(f"{n}/") for entry in listed)}
 
 
+_MARKERS = ("setup.py", ".git", ".gitignore", "pyproject.toml", "setup.cfg", "tox.ini",
+            "pytest.ini", ".pytest.ini")
+"""Files that mark a project's top, which code asks about to find it."""
 _CODE = (".py", ".pyc", ".so", ".pyd")
 BULK = 3
 """More variables than this read on one line: a copy of the environment, not a setting."""

@@ -148,6 +148,7 @@ import subj
 def test_switches(regression):
     subj.switches()
     os.path.exists("RELEASE")  # the test code asks too
+    os.path.exists("pyproject.toml")  # the project's top: no setting
     os.path.exists("tests/data/table.json")  # its own folder: the working tree's
     regression.check(subj.forward(regression.randn(2, 4)))
 """

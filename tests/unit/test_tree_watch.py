@@ -179,7 +179,7 @@ def test_a_question_is_the_user_s_only_and_of_the_reference_outside_its_subject(
         folder.mkdir(parents=True)
     installed = project / ".venv" / "site-packages"
     monkeypatch.setattr(tree_watch, "library_folders", lambda: (installed,))
-    for there in ("FAST_PATH", "RELEASE", "src/subj/__init__.py"):
+    for there in ("FAST_PATH", "RELEASE", "src/subj/__init__.py", "pyproject.toml", "setup.py"):
         (reference / there).write_text("")
     for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c",
                                                     "user.email=t@t", "commit", "-qm", "r"]):
@@ -191,6 +191,8 @@ def test_a_question_is_the_user_s_only_and_of_the_reference_outside_its_subject(
     watch.saw_question(reference / "FAST_PATH", "asked about", user)
     watch.saw_question(reference / "resnet50", "asked about", user)  # a name, not a file
     watch.saw_question(reference / ".git", "asked about", user)  # every checkout has one
+    for marker in ("pyproject.toml", "setup.py"):  # asked to find the project's top
+        watch.saw_question(reference / marker, "asked about", user)
     watch.saw_question(reference / "runs", "listed", user)
     watch.saw_question(reference / "src", "asked about", user)  # realpath of the subject's
     watch.saw_question(reference / "src" / "subj" / "w.bin", "asked about", user)
