@@ -242,7 +242,6 @@ def test_bisect_and_scan_name_the_commit_that_removed_a_case(tmp_path: Path) -> 
     repo.commit("the tests take the library's list")
     repo.git("tag", "-f", "-a", "v2", "-m", "version 2")
     shas = commits(repo, [
-        ("harmless", listed_subject(MODELS) + "# a comment\n"),
         ("drop c", listed_subject(("a", "b", "d"))),
         ("change a", listed_subject(("a", "b", "d"), {"a": 1.5})),
         ("c back, scaled", listed_subject(MODELS, {"a": 1.5, "c": 2.0})),
