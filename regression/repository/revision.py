@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Sequence
 
 from regression.errors import GitError, RevisionError
@@ -212,9 +213,15 @@ def _only_remote(repo: Repository, revision: str) -> str:
 def subject_changed(repo: Repository, sha: str, folder: str, packages: Sequence[str]) -> bool:
     """Whether the working tree's subject packages in `folder` (relative to the repository's
     top, "" for the top) differ from commit `sha`'s: a file edited, added or removed,
-    tracked or not (ignored ones aside). True where git cannot tell."""
-    paths = [name for p in packages for name in ((f"{folder}/{p}" if folder else p),
-                                                 (f"{folder}/{p}.py" if folder else f"{p}.py"))]
+    tracked or not (ignored ones aside); the whole of `folder` for a package that is no
+    folder or module file there (an extension module), as the key takes it. True where git
+    cannot tell."""
+    top = Path(repo.working_dir)
+    paths = []
+    for package in packages:
+        named = [f"{folder}/{package}" if folder else package,
+                 f"{folder}/{package}.py" if folder else f"{package}.py"]
+        paths += named if any((top / name).exists() for name in named) else [folder or "."]
     if git_process(repo, "diff", "--quiet", sha, "--", *paths).returncode != 0:
         return True
     others = git_process(repo, "ls-files", "--others", "--exclude-standard", "--", *paths)
