@@ -187,24 +187,30 @@ def changed_cases(before: dict[str, Outputs], after: dict[str, Outputs]
 
 def _changed(before: Outputs, after: Outputs) -> Differences:
     """Each differing output of a case; a case removed (or collected again) as one."""
-    from regression.compare.outputs import SHAPES, Difference, compare_outputs
+    from regression.compare.outputs import compare_outputs
 
     if (REMOVED in before) != (REMOVED in after):
-        how = "removed: not collected here" if REMOVED in after else "collected again"
-        return [(REMOVED, [Difference("the case", how, kind=SHAPES)])]
+        return _case_change("removed: not collected here" if REMOVED in after
+                            else "collected again")
     return [] if REMOVED in before else compare_outputs(before, after)
+
+
+def _case_change(how: str) -> Differences:
+    """A case's removal, or its return, as its one difference."""
+    from regression.compare.outputs import SHAPES, Difference
+
+    return [(REMOVED, [Difference("the case", how, kind=SHAPES)])]
 
 
 def _collected_again(last: Outputs, now: Outputs) -> Differences:
     """A case collected again: said with how its outputs compare with those it had when
     last collected."""
-    from regression.compare.outputs import SHAPES, Difference, compare_outputs
+    from regression.compare.outputs import compare_outputs
     from regression.report import changed_detail
 
     since = compare_outputs(last, now)
-    how = f"collected again, changed: {changed_detail(since)}" if since else \
-        "collected again, as before its removal"
-    return [(REMOVED, [Difference("the case", how, kind=SHAPES)])]
+    return _case_change(f"collected again, changed: {changed_detail(since)}" if since
+                        else "collected again, as before its removal")
 
 
 def removal(changed: Differences) -> bool:

@@ -88,16 +88,12 @@ def collection_conditions(config: pytest.Config) -> str:
     settings (its section of the settings file) and the options of PYTEST_ADDOPTS that may
     (collecting_options; a recording sees both as the check run does); "" when the run's own
     command line may decide it too, which a recording does not see."""
-    import shlex
-
     from regression.environment.fingerprint import digest
 
-    if collecting_options(list(config.invocation_params.args)):
+    words = _addopts()
+    if collecting_options(list(config.invocation_params.args)) or words is None:
         return ""
-    try:
-        addopts = collecting_options(shlex.split(os.environ.get("PYTEST_ADDOPTS", "")))
-    except ValueError:
-        return ""  # pytest itself refuses what it cannot split
+    addopts = collecting_options(words)
     settings = pytest_section(config.inipath) if config.inipath is not None else ""
     return digest("\0".join([settings, *addopts]).encode())
 
@@ -106,15 +102,19 @@ def pytest_settings(config: pytest.Config) -> str:
     """pytest's settings as stable text, part of every case's harness: its section of the
     settings file and the `-o` overrides of PYTEST_ADDOPTS, which the recording sees too
     (not those of plain pytest's command line, which it does not); "" where none."""
+    section = pytest_section(config.inipath) if config.inipath is not None else ""
+    overrides = sorted(_overrides(_addopts() or []))
+    return "\0".join([section, *overrides]) if section or overrides else ""
+
+
+def _addopts() -> list[str] | None:
+    """PYTEST_ADDOPTS's words; None where they cannot be split (pytest refuses it too)."""
     import shlex
 
-    section = pytest_section(config.inipath) if config.inipath is not None else ""
     try:
-        words = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+        return shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
     except ValueError:
-        words = []  # pytest itself refuses what it cannot split
-    overrides = sorted(_overrides(words))
-    return "\0".join([section, *overrides]) if section or overrides else ""
+        return None
 
 
 def _overrides(words: list[str]) -> list[str]:

@@ -148,9 +148,9 @@ class EndOfRun:
         from regression.declarations import REMOVAL, by_case
 
         declared = by_case(self.job.declarations if self.job is not None else ())
-        removed, judged = removed_cases(references, self.ledger.collected,
-                                        self.ledger.modules, self._partial_files())
-        self._note_unjudged(references, judged)
+        removed, judged, other = removed_cases(references, self.ledger.collected,
+                                               self.ledger.modules, self._partial_files())
+        self._note_unjudged(references, other)
         self.ledger.gone |= {case for case, d in declared.items() if d.size == REMOVAL
                              and case.split("::", 1)[0] in judged and case not in removed
                              and case not in self.ledger.collected}
@@ -189,9 +189,10 @@ class EndOfRun:
                                subject_folder(settings, reference.repo),
                                settings.subject_packages)
 
-    def _note_unjudged(self, references: ReadyReferences, judged: set[str]) -> None:
-        """Say where removed cases were not looked for, and why: a run that could not judge
-        them must not read as one that found none."""
+    def _note_unjudged(self, references: ReadyReferences, unjudged: list[str]) -> None:
+        """Say where removed cases were not looked for (`unjudged`: files whose collection
+        was taken under other conditions), and why: a run that could not judge them must not
+        read as one that found none."""
         suite = references.suite
         if not suite.conditions:
             options = collecting_options(list(self.config.invocation_params.args))
@@ -201,8 +202,6 @@ class EndOfRun:
                 "(put it in PYTEST_ADDOPTS, which both runs see)" if options else
                 "removed cases not judged: PYTEST_ADDOPTS cannot be read as options")
             return
-        files = {file for file, _ in suite.files.items()} - judged - self._partial_files()
-        unjudged = [f for f in files if _other_conditions(references, f)]
         if unjudged:
             self.ledger.notes.append(
                 f"removed cases not judged in {len(unjudged)} test "
@@ -284,46 +283,38 @@ class EndOfRun:
 
 
 def removed_cases(references: ReadyReferences, collected: set[str], modules: set[str],
-                  partial: set[str]) -> tuple[list[str], set[str]]:
+                  partial: set[str]) -> tuple[list[str], set[str], list[str]]:
     """The regression cases the reference collected (as its recordings stored) and this run
     did not (`collected`: every test it collected; `modules`: the test files it collected,
     one that yields no test too), in the files it collected whole whose harness, helpers
     and conditions (pytest's settings, PYTEST_ADDOPTS) are unchanged since: only the
-    subject can have removed those; and the files so judged."""
+    subject can have removed those; the files so judged; and those whose collection was
+    taken under other conditions (not judged till a recording takes it anew)."""
     from regression.environment.harness import changed_helpers
     from regression.errors import StoreError
 
     suite = references.suite
     if not suite.conditions:
-        return [], set()  # the run's own options may decide what it collects: nothing to go by
+        return [], set(), []  # the run's own options may decide what it collects
     root = suite.reference.settings.root
     rootdir = references.harness.rootdir
     files = ({nodeid.split("::", 1)[0] for nodeid in collected} | modules) - partial
     known: dict[Path, str] = {}
-    removed, judged = [], set()
+    removed, judged, other = [], set(), []
     for file in sorted(files):
         try:
             stored = references.entry.collection(file)
         except StoreError:
             continue  # untrusted, not believed: the plan records its cases again, anew
-        if stored is None or stored.conditions != suite.conditions \
-                or stored.harness != references.harness.of(rootdir / file) \
+        if stored is not None and stored.conditions != suite.conditions:
+            other.append(file)
+            continue
+        if stored is None or stored.harness != references.harness.of(rootdir / file) \
                 or changed_helpers(root, stored.helpers, known):
             continue
         judged.add(file)
         removed += [c for c in stored.cases if c not in collected]
-    return removed, judged
-
-
-def _other_conditions(references: ReadyReferences, file: str) -> bool:
-    """Whether the stored collection of `file` was taken under other conditions."""
-    from regression.errors import StoreError
-
-    try:
-        stored = references.entry.collection(file)
-    except StoreError:
-        return False
-    return stored is not None and stored.conditions != references.suite.conditions
+    return removed, judged, other
 
 
 def _named(outcomes: list[CaseOutcome]) -> list[str]:
