@@ -67,8 +67,11 @@ class TensorDiff:
         """A flat index as the tensor's index, "()" for a 0-dim tensor."""
         if not self.shape:
             return "()"
-        position = torch.unravel_index(torch.tensor(index), self.shape)
-        return str(tuple(int(i) for i in position))
+        position = []
+        for size in reversed(self.shape):  # not torch.unravel_index: its first call imports
+            index, at = divmod(index, size) if size else (index, 0)  # sympy, 0.7 s
+            position.append(at)
+        return str(tuple(reversed(position)))
 
 
 def scan(reference: torch.Tensor, actual: torch.Tensor, chunk: int = CHUNK,

@@ -4,6 +4,7 @@ and a fork server nothing)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -30,20 +31,35 @@ def stray_modules(project: Path, allowed: Sequence[Path], allowed_files: Sequenc
     harness, and so is this package itself (it may be developed inside the project).
     """
     project = project.resolve()
+    inside = os.path.join(str(project), "")
     folders = tuple(p.resolve() for p in allowed) + library_folders() + (THIS_PACKAGE,)
-    files = {p.resolve() for p in allowed_files}
+    under = tuple(os.path.join(str(f), "") for f in folders)
+    files = {str(p.resolve()) for p in allowed_files}
+    known: dict[str, str] = {}
     stray = {}
     for name, module in sorted(sys.modules.items()):
         origin = getattr(module, "__file__", None) if module is not None else None
-        if not isinstance(origin, str) or not Path(origin).is_absolute():
+        if not isinstance(origin, str) or not os.path.isabs(origin):
             continue  # built in, namespace, or a name only (torch.ops: "_ops.py")
-        path = Path(origin).resolve()
-        if not path.is_relative_to(project) or path in files or path.name == "conftest.py":
+        real = resolved(origin, known)
+        if not real.startswith(inside) or real in files or real.startswith(under) or \
+                os.path.basename(real) == "conftest.py":
             continue
-        if any(path.is_relative_to(f) for f in folders) or is_package_above(path, folders):
-            continue
-        stray[name] = path.relative_to(project).as_posix()
+        path = Path(real)
+        if not is_package_above(path, folders):
+            stray[name] = path.relative_to(project).as_posix()
     return stray
+
+
+def resolved(absolute: str, known: dict[str, str]) -> str:
+    """os.path.realpath of an absolute path, each folder resolved once (`known` keeps them):
+    a file then costs one lstat, not one for each of its folders."""
+    folder, name = os.path.split(absolute)
+    real_folder = known.get(folder)
+    if real_folder is None:
+        real_folder = known[folder] = os.path.realpath(folder)
+    joined = os.path.join(real_folder, name)
+    return os.path.realpath(joined) if os.path.islink(joined) else os.path.normpath(joined)
 
 
 THIS_PACKAGE = Path(__file__).resolve().parents[1]

@@ -12,7 +12,8 @@ from types import FrameType, ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from regression.run.overlap import note_native_readers
-from regression.environment.origins import THIS_PACKAGE, is_package_above, library_folders
+from regression.environment.origins import THIS_PACKAGE, is_package_above, library_folders, \
+    resolved
 
 
 class TreeWatch:
@@ -84,7 +85,7 @@ class TreeWatch:
         absolute = name if os.path.isabs(name) else os.path.join(os.getcwd(), name)
         real = self._real.get(absolute)
         if real is None:
-            real = self._real[absolute] = self._resolved(absolute)
+            real = self._real[absolute] = resolved(absolute, self._real)
         if not real.startswith(self.prefix) and not real.startswith(self.reference_prefix):
             return
         if how == "import":
@@ -100,7 +101,7 @@ class TreeWatch:
             return
         real = self._real.get(filename)
         if real is None:
-            real = self._real[filename] = self._resolved(filename)
+            real = self._real[filename] = resolved(filename, self._real)
         if not real.startswith((self.prefix, self.reference_prefix)) or \
                 real.startswith(self._libraries):
             return
@@ -108,7 +109,7 @@ class TreeWatch:
         if not isinstance(name, str):
             return
         absolute = os.path.join(os.getcwd(), name) if not os.path.isabs(name) else name
-        asked = self._resolved(os.path.normpath(absolute))
+        asked = resolved(os.path.normpath(absolute), self._real)
         inside = asked.startswith(self.reference_prefix) or \
             (how == "listed" and asked == str(self.reference))
         above = how == "asked about" and any(k.startswith(asked + os.sep)
@@ -125,7 +126,7 @@ class TreeWatch:
             return
         real = self._real.get(filename)
         if real is None:
-            real = self._real[filename] = self._resolved(filename)
+            real = self._real[filename] = resolved(filename, self._real)
         if any(real == k or real.startswith(k) for k in self.keyed_code):
             self.variable_sites.setdefault((real, line), set()).add(name)
 
@@ -135,15 +136,6 @@ class TreeWatch:
         process), which makes no value depend on each."""
         return sorted({name for names in self.variable_sites.values() if len(names) <= BULK
                        for name in names})
-
-    def _resolved(self, absolute: str) -> str:
-        """os.path.realpath, with each folder resolved once: a file costs one lstat."""
-        folder, name = os.path.split(absolute)
-        real_folder = self._real.get(folder)
-        if real_folder is None:
-            real_folder = self._real[folder] = os.path.realpath(folder)
-        joined = os.path.join(real_folder, name)
-        return os.path.realpath(joined) if os.path.islink(joined) else os.path.normpath(joined)
 
     def saw_mappings(self, maps: Path = Path("/proc/self/maps")) -> None:
         """Note the project's files mapped into this process (safetensors maps its files).

@@ -15,10 +15,11 @@ twice, and yet a process of its own, which ends as Python ends (its threads join
 functions run). What a fork cannot take anew is its parent's string hashes and memory
 layout: a repeat, which looks for nondeterminism, is a new Python, and so is a run whose
 environment sets Python's start-up (PYTHONHASHSEED...) otherwise than the server's.
-bisect, explain and `--full-values` start a server in the invoke process at their first
-recording. Where a process is not at rest when it would start one (a check run that is
-itself a new Python, or an xdist worker, has loaded the user's code by then), its
-recordings start a new Python.
+bisect, explain, compare and `--full-values` start a server in the invoke process at their
+first recording, or at their first collect run in a worktree (a check run is not served).
+Where a process is not at rest when it would start one (a check run that is itself a new
+Python, or an xdist worker, has loaded the user's code by then), its recordings start a new
+Python.
 """
 
 from __future__ import annotations

@@ -113,9 +113,9 @@ def _pytest_args(settings: Settings, args: Sequence[str], job: Job | None) -> li
 
 def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
             capture: bool, progress: Echo | None = None) -> subprocess.CompletedProcess[str]:
-    """Run pytest in a new process in the root (a recording: a fork of this process's fork
-    server, where it has one); with `progress`, its output is captured and its progress
-    lines go to `progress` as they come."""
+    """Run pytest in a new process in the root (a recording or a collect run: a fork of this
+    process's fork server, where it has one); with `progress`, its output is captured and
+    its progress lines go to `progress` as they come."""
     with scratch_folder("job") as folder:
         job_file = None
         if job is not None:
@@ -129,19 +129,19 @@ def run_pytest(settings: Settings, args: Sequence[str], job: Job | None,
         if isinstance(job, ReproduceJob):  # a repeat, and its workers, are new Pythons: a
             env.pop(forkserver.ADDRESS_ENV, None)  # fork has its parent's string hashes and
             # memory layout, so it could not show nondeterminism that comes from them
+        if (capture or progress is not None) and job is not None \
+                and not isinstance(job, (CheckJob, ReproduceJob)) \
+                and forkserver.server(settings.root, RECORDING_MODULES) is not None:
+            read, write = os.pipe()  # after the server started: it holds no end of it
+            try:
+                served = _served(settings, arguments, env, write)
+            finally:
+                os.close(write)
+            if served is not None:
+                return _streamed(served, os.fdopen(read, "r", encoding="utf-8",
+                                                   errors="replace"), progress)
+            os.close(read)
         if progress is not None:
-            if capture and job is not None \
-                    and not isinstance(job, (CheckJob, CollectJob, ReproduceJob)) \
-                    and forkserver.server(settings.root, RECORDING_MODULES) is not None:
-                read, write = os.pipe()  # after the server started: it holds no end of it
-                try:
-                    served = _served(settings, arguments, env, write)
-                finally:
-                    os.close(write)
-                if served is not None:
-                    return _streamed(served, os.fdopen(read, "r", encoding="utf-8",
-                                                       errors="replace"), progress)
-                os.close(read)
             return _streamed(*_started(command, settings.root, env), progress)
         return subprocess.run(command, cwd=settings.root, env=env, text=True,
                               capture_output=capture, check=False,
@@ -191,16 +191,17 @@ def _started(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[Child,
     return child, child.stdout
 
 
-def _streamed(child: Child, stdout: IO[str], progress: Echo) -> subprocess.CompletedProcess[str]:
-    """Wait for `child`, the progress lines of its output (`stdout`) shown live, the rest
-    kept. On Ctrl-C, the child (which a terminal interrupts too) is given time to store what
-    it finished."""
+def _streamed(child: Child, stdout: IO[str], progress: Echo | None
+              ) -> subprocess.CompletedProcess[str]:
+    """Wait for `child`, the progress lines of its output (`stdout`) shown live (where there
+    is a `progress`), the rest kept. On Ctrl-C, the child (which a terminal interrupts too)
+    is given time to store what it finished."""
     kept: list[str] = []
     with stdout:
         try:
             for line in stdout:
                 before, marker, shown = line.partition(PROGRESS)  # after pytest's dots
-                if marker:
+                if marker and progress is not None:
                     progress(shown.rstrip("\n"))
                     line = before
                 kept.append(line)

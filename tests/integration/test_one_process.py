@@ -193,6 +193,21 @@ def test_recordings_are_forks_of_the_fork_server_which_imports_torch_once(
     assert len(_new_torch_pythons(log)) == repeats, log.read_text()
 
 
+@pytest.mark.slow
+def test_bisect_collects_at_good_and_records_in_forks_of_one_server(subject_repo: Repo,
+                                                                   tmp_path: Path) -> None:
+    """bisect's collect run with good's subject and its recordings at each commit are forks
+    of the server that bisect's process forked: the one Python that imports torch is
+    bisect's own, which reads the outputs it compares."""
+    repo = subject_repo
+    env, log = _counting(repo, tmp_path)
+    done = repo.invoke("bisect", "--good", "v1", env=env, process=True)
+    assert done.returncode == 0, output(done)
+    assert "collecting the cases at good" in done.stdout, output(done)
+    assert "recording 1 of 1 cases at" in done.stdout, output(done)
+    assert len(_new_torch_pythons(log)) == 1, log.read_text()
+
+
 def _new_torch_pythons(log: Path) -> set[str]:
     """The processes that started a Python and imported torch in it: not invoke (its check
     run, a fork, imports torch), not the server's `python -c` that tells it sys.path, and

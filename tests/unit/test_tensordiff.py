@@ -23,6 +23,15 @@ def _up(values: torch.Tensor, steps: int) -> torch.Tensor:
     return values
 
 
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 1, 5), (4, 3, 2, 3), (1,)])
+def test_a_flat_index_reads_as_the_tensor_index_torch_gives(shape: tuple[int, ...]) -> None:
+    diff = scan(torch.zeros(shape), torch.zeros(shape))
+    for flat in range(math.prod(shape)):
+        expected = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+        assert diff.where(flat) == str(expected)
+    assert scan(torch.zeros(()), torch.zeros(())).where(0) == "()"
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_neighbours_are_one_ulp_apart_in_every_float_dtype(dtype: torch.dtype) -> None:
     values = torch.tensor([1.0, -3.5, 1e-3, 0.0], dtype=dtype)
