@@ -301,10 +301,12 @@ def _expand(value: object, base: str) -> str:
 
 def _run_step(repo: Repo, name: str, env: dict[str, str], base: str, script: str | None = None
               ) -> subprocess.CompletedProcess[str]:
-    """A run step with the job's env, in bash -e, as GitHub runs it on a pull request."""
+    """A run step with the job's env, in bash -e, as GitHub runs it on a pull request: Python
+    writes bytecode there (the first step that imports torch compiles what it imports)."""
     job = _job(repo)
     environment = {**repo.env(), **{k: _expand(v, base) for k, v in job["env"].items()},
                    **env}
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
     return subprocess.run(["bash", "-e", "-c", script or _step(repo, name)["run"]],
                           cwd=repo.path, env=environment, text=True, capture_output=True,
                           check=False, timeout=900)
@@ -336,7 +338,9 @@ def test_rehearsal_installs_offline_and_its_key_gen_and_test_steps_pass(
                                                     f"--index-url {index}")
     env = {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "TORCH_REGRESSION": f"torch-regression[xdist] @ {our_wheel.as_uri()}",
-           "PIP_NO_INPUT": "1", "PIP_NO_COMPILE": "1"}  # no .pyc of torch: minutes here
+           "PIP_NO_INPUT": "1",
+           "PIP_NO_COMPILE": "0"}  # --no-compile (pip reads its "no-" variables inverted: pypa/
+    # pip#5735): compiling all of torch's modules takes longer than the rest of the install
     try:
         installed = _run_step(repo, "Install", env, base, install)
         assert installed.returncode == 0, output(installed)
