@@ -10,11 +10,13 @@ from invoke.tasks import task
 from regression.cli.common import DEVICE_HELP, REFERENCE_HELP, current_settings, help_if_asked, \
     report_path, require_filled, translated
 from regression.run.api import collect
+from regression.run.launch import load_before_forks
 from regression.run.types import resolve
 from regression.store.scratch import scratch_folder
 
 def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
     require_filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
+    load_before_forks()
     from regression.diagnose.bisect import bisect as find_first, scan
     from regression.diagnose.bisect_report import bisection_lines, scan_lines
     from regression.repository.gitcmd import run_git
@@ -56,6 +58,7 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
 def _explain(case: str, reference: str | None, html: str | None) -> None:
     require_filled(("--case", case), ("--reference", reference), ("--html", html),
                    required="--case")
+    load_before_forks()
     from regression.diagnose.explain import explain as compare_traces
     from regression.diagnose.explain_report import explanation_lines
     from regression.diagnose.tracing import pick_case, traced, write_page

@@ -196,15 +196,18 @@ def test_recordings_are_forks_of_the_fork_server_which_imports_torch_once(
 @pytest.mark.slow
 def test_bisect_collects_at_good_and_records_in_forks_of_one_server(subject_repo: Repo,
                                                                    tmp_path: Path) -> None:
-    """bisect's collect run with good's subject and its recordings at each commit are forks
-    of the server that bisect's process forked: the one Python that imports torch is
-    bisect's own, which reads the outputs it compares."""
+    """bisect's collect runs (here and with good's subject) and its recordings at each
+    commit are forks of bisect's process or of the server it forked, and it loaded torch
+    before the first fork: one process imports torch, bisect's own, which reads the outputs
+    it compares."""
     repo = subject_repo
     env, log = _counting(repo, tmp_path)
     done = repo.invoke("bisect", "--good", "v1", env=env, process=True)
     assert done.returncode == 0, output(done)
     assert "collecting the cases at good" in done.stdout, output(done)
     assert "recording 1 of 1 cases at" in done.stdout, output(done)
+    notes = [line.split() for line in log.read_text().splitlines()]
+    assert _new_torch_pythons(log) == {pid for what, pid in notes if what == "torch"}, notes
     assert len(_new_torch_pythons(log)) == 1, log.read_text()
 
 
