@@ -8,8 +8,8 @@ fork cannot take a thread pool along: a parallel operation in the child would wa
 threads that are not there), CUDA not started, and nothing of the user's code loaded but
 invoke's tasks.py. At the first request it loads torch, pytest and the plugin, once. Each
 recording the check run starts is a fork of the server, set up as a new `python -m pytest`
-would be: its working folder, environment, `sys.path`, signals, standard streams and the
-pipes it is handed; and each pytest-xdist worker of the check run and of its recordings, set
+would be: its working folder, environment, `sys.path`, `sys.argv`, signals, standard streams
+and the pipes it is handed; and each pytest-xdist worker of the check run and of its recordings, set
 up as the `python -u -c CODE` xdist starts (worker_launcher.py asks for it): nothing loaded
 twice, and yet a process of its own, which ends as Python ends (its threads joined, its exit
 functions run). What a fork cannot take anew is its parent's string hashes and memory
@@ -569,6 +569,14 @@ def _flush_output() -> None:
             stream.flush()
 
 
+def pytest_argv(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`sys.argv` and `sys.orig_argv` as `python -m pytest ARGS` has them (code that asks
+    `sys.argv` whether it runs under pytest sees what it would see there, not invoke's)."""
+    spec = importlib.util.find_spec("pytest.__main__")
+    origin = spec.origin if spec and spec.origin else "-m"
+    return [origin, *args], [sys.executable, "-m", "pytest", *args]
+
+
 def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
     """This fork set up as `python -m pytest` would start in `request['cwd']`: signals as
     Python sets them, its output and pipes at their numbers, its folder, environment and
@@ -609,6 +617,7 @@ def _as_new_python(request: dict[str, Any], fds: list[int], root: Path) -> None:
     else:
         spec = importlib.util.find_spec("pytest.__main__")
         main.__spec__, main.__file__ = spec, spec.origin if spec else None
+        sys.argv, sys.orig_argv = pytest_argv(request["args"])
     sys.modules["__main__"] = main
     importlib.invalidate_caches()
 

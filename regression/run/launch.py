@@ -172,8 +172,9 @@ def start_pytest(settings: Settings, args: Sequence[str], job: RecordJob, folder
 
 def _served(settings: Settings, arguments: list[str], env: dict[str, str], output: int,
             pipes: Sequence[int] = ()) -> forkserver.ServedChild | None:
-    """A recording forked by this process's fork server, its output into the file
-    descriptor `output`; None where there is no server (or it is gone): a new Python, then."""
+    """A recording or a collect run forked by this process's fork server, its output into
+    the file descriptor `output`; None where there is no server (or it is gone): a new
+    Python, then."""
     server = forkserver.server(settings.root, RECORDING_MODULES)
     if server is None or not server.serves(env):
         return None
@@ -242,20 +243,24 @@ def let_finish(child: Child, first: float = 2.0) -> None:
 
 
 @contextmanager
-def _started_as_pytest(settings: Settings, child: dict[str, str]) -> Iterator[None]:
-    """This process as `python -m pytest` in the root would start: that folder current and
-    first on sys.path, the `child` environment, no bytecode written; all restored after."""
+def _started_as_pytest(settings: Settings, child: dict[str, str], args: Sequence[str]
+                       ) -> Iterator[None]:
+    """This process as `python -m pytest ARGS` in the root would start: that folder current
+    and first on sys.path, the `child` environment, its `sys.argv`, no bytecode written; all
+    restored after."""
     folder, path, environ = os.getcwd(), list(sys.path), dict(os.environ)
-    bytecode = sys.dont_write_bytecode
+    bytecode, argv, orig_argv = sys.dont_write_bytecode, sys.argv, sys.orig_argv
     try:
         os.chdir(settings.root)
         sys.path.insert(0, str(settings.root))
         os.environ.clear()
         os.environ.update(child)
         sys.dont_write_bytecode = True
+        sys.argv, sys.orig_argv = forkserver.pytest_argv(args)
         yield
     finally:
         sys.dont_write_bytecode = bytecode
+        sys.argv, sys.orig_argv = argv, orig_argv
         os.environ.clear()
         os.environ.update(environ)
         sys.path[:] = path
@@ -381,8 +386,9 @@ def _run_child(settings: Settings, args: list[str], environment: dict[str, str],
             served = forkserver.server(settings.root, RECORDING_MODULES)  # before pytest
             if served is not None:  # the check run's xdist workers are forks of it too
                 environment[forkserver.ADDRESS_ENV] = served.address
-        with _started_as_pytest(settings, environment):
-            code = int(pytest.main([*ALREADY_IMPORTED, *args]))
+        arguments = [*ALREADY_IMPORTED, *args]
+        with _started_as_pytest(settings, environment, arguments):
+            code = int(pytest.main(arguments))
     except RegressionError as exc:  # before pytest ran: the invoke process says it, as data
         job.write_error(exc)
         code = 2

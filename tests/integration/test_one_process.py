@@ -229,6 +229,11 @@ import sys
 import torch
 
 
+def _ran_as(argv):  # a fork is given the warning filter for modules already loaded too
+    left = [a for a in argv[1:] if a != "-W" and "already imported" not in a]
+    return [os.path.basename(argv[0]), *left]
+
+
 def _kind(fd):
     try:
         target = os.readlink(f"/proc/self/fd/{fd}")
@@ -255,6 +260,8 @@ def test_facts(regression):
         "threads": torch.get_num_threads(),
         "seed": torch.initial_seed(),
         "bytecode": sys.dont_write_bytecode,
+        "argv": _ran_as(sys.argv),
+        "orig_argv": _ran_as(sys.orig_argv),
         "fds": sorted(_kind(fd) for fd in os.listdir("/proc/self/fd")),
     }
     with open(os.environ["FACTS"], "w", encoding="utf-8") as handle:
