@@ -57,9 +57,10 @@ def install_redirect(packages: Sequence[str], root: Path, strict: bool = False) 
     if loaded and strict:
         raise ImportRedirectError(
             f"the subject was imported before the import redirect could be installed "
-            f"({', '.join(loaded)}); a pytest plugin or a .pth file imports it at start-up. "
-            "Nothing was stored. Make that plugin import the subject lazily, or leave it "
-            "out of the regression run (-p no:NAME in addopts)."
+            f"({', '.join(loaded)}); a pytest plugin, a .pth file or the project's tasks.py "
+            "imports it at start-up. Nothing was stored. Make that code import the subject "
+            "lazily (inside the function that uses it), or leave the plugin out of the "
+            "regression run (-p no:NAME in addopts)."
         )
     for name in loaded:
         del sys.modules[name]

@@ -169,8 +169,9 @@ def test_module_locations_uses_file_then_path() -> None:
 
 def test_strict_redirect_refuses_a_subject_already_imported(copies: Copies) -> None:
     importlib.import_module(copies.name)
-    with pytest.raises(ImportRedirectError, match="imported before the import redirect"):
+    with pytest.raises(ImportRedirectError, match="imported before the import redirect") as e:
         install_redirect([copies.name], copies.b, strict=True)
+    assert "a pytest plugin, a .pth file or the project's tasks.py" in str(e.value)
     assert copies.name in sys.modules  # nothing was changed
 
 
