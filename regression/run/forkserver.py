@@ -9,13 +9,13 @@ threads that are not there), CUDA not started, and nothing of the user's code lo
 invoke's tasks.py. At the first request it loads torch, pytest and the plugin, once. Each
 recording the check run starts is a fork of the server, set up as a new `python -m pytest`
 would be: its working folder, environment, `sys.path`, `sys.argv`, signals, standard streams
-and the pipes it is handed; and each pytest-xdist worker of the check run and of its recordings, set
-up as the `python -u -c CODE` xdist starts (worker_launcher.py asks for it): nothing loaded
-twice, and yet a process of its own, which ends as Python ends (its threads joined, its exit
-functions run). What a fork cannot take anew is its parent's string hashes and memory
-layout: a repeat, which looks for nondeterminism, is a new Python, and so is a run whose
-environment sets Python's start-up (PYTHONHASHSEED...) otherwise than the server's.
-bisect, explain, compare and `--full-values` start a server in the invoke process at their
+and the pipes it is handed; and each pytest-xdist worker of the check run and of its
+recordings, set up as the `python -u -c CODE` xdist starts (worker_launcher.py asks for it):
+nothing loaded twice, and yet a process of its own, which ends as Python ends (its threads
+joined, its exit functions run). What a fork cannot take anew is its parent's string hashes
+and memory layout: a repeat, which looks for nondeterminism, is a new Python, and so is a
+run whose environment sets Python's start-up (PYTHONHASHSEED...) otherwise than the
+server's. bisect, explain, compare and `--full-values` start a server in the invoke process at their
 first recording, or at their first collect run in a worktree (a check run is not served).
 Where a process is not at rest when it would start one (a check run that is itself a new
 Python, or an xdist worker, has loaded the user's code by then), its recordings start a new
