@@ -16,7 +16,6 @@ from regression.store.scratch import scratch_folder
 
 def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> None:
     require_filled(("--good", good), ("--bad", bad), ("--case", cases), required="--good")
-    load_before_forks()
     from regression.diagnose.bisect import bisect as find_first, scan
     from regression.diagnose.bisect_report import bisection_lines, scan_lines
     from regression.repository.gitcmd import run_git
@@ -25,6 +24,7 @@ def _bisect(good: str, bad: str, cases: list[str] | None, scan_all: bool) -> Non
     settings = current_settings()
     at_good = resolve(settings, good)
     bad_sha = resolve_revision(at_good.repo, settings.revision_for(bad))
+    load_before_forks()  # the revisions are good: what every fork loads, loaded once
     search, lines = (scan, scan_lines) if scan_all else (find_first, bisection_lines)
     result = search(collect(at_good), at_good.sha, bad_sha, list(cases or ()), print)
 
@@ -58,13 +58,13 @@ def bisect(c: Context, good: str, bad: str = "HEAD", case: list[str] | None = No
 def _explain(case: str, reference: str | None, html: str | None) -> None:
     require_filled(("--case", case), ("--reference", reference), ("--html", html),
                    required="--case")
-    load_before_forks()
     from regression.diagnose.explain import explain as compare_traces
     from regression.diagnose.explain_report import explanation_lines
     from regression.diagnose.tracing import pick_case, traced, write_page
 
     page = None if html is None else report_path("--html", html, "explain.html")
     resolved = resolve(current_settings(), reference)
+    load_before_forks()  # the revision is good: what every fork loads, loaded once
     nodeid = pick_case(resolved, case)
     with scratch_folder("trace") as folder:
         at_reference, here = traced(resolved, nodeid, folder, print)

@@ -219,13 +219,17 @@ def subject_changed(repo: Repository, sha: str, folder: str, packages: Sequence[
     top = Path(repo.working_dir)
     paths = []
     for package in packages:
-        named = [f"{folder}/{package}" if folder else package,
-                 f"{folder}/{package}.py" if folder else f"{package}.py"]
+        named = [_in(folder, package), _in(folder, f"{package}.py")]
         paths += named if any((top / name).exists() for name in named) else [folder or "."]
     if git_process(repo, "diff", "--quiet", sha, "--", *paths).returncode != 0:
         return True
     others = git_process(repo, "ls-files", "--others", "--exclude-standard", "--", *paths)
     return others.returncode != 0 or bool(others.stdout.strip())
+
+
+def _in(folder: str, name: str) -> str:
+    """`name` in `folder`, a path relative to the repository's top ("" for the top)."""
+    return f"{folder}/{name}" if folder else name
 
 
 def subject_objects(repo: Repository, sha: str, folder: str, packages: Sequence[str]
@@ -234,10 +238,8 @@ def subject_objects(repo: Repository, sha: str, folder: str, packages: Sequence[
     `folder` (relative to the repository's top, "" for the top): its folder, else its
     module file, else the whole of `folder` (an extension module, a link, a package git does
     not hold: what the import could find there). One git process for all of them."""
-    def path(name: str) -> str:
-        return f"{folder}/{name}" if folder else name
-
-    asked = [*(path(p) for p in packages), *(path(f"{p}.py") for p in packages), folder]
+    asked = [*(_in(folder, p) for p in packages), *(_in(folder, f"{p}.py") for p in packages),
+             folder]
     command = ("cat-file", "--batch-check=%(objectname) %(objecttype)")
     done = git_process(repo, *command, given="".join(f"{sha}:{name}\n" for name in asked))
     answers = done.stdout.splitlines()
@@ -246,7 +248,7 @@ def subject_objects(repo: Repository, sha: str, folder: str, packages: Sequence[
     found = {name: tuple(answer.split()) for name, answer in zip(asked, answers)}
     objects: dict[str, tuple[str, str, str]] = {}
     for package in packages:
-        for name, kind in ((path(package), "tree"), (path(f"{package}.py"), "blob"),
+        for name, kind in ((_in(folder, package), "tree"), (_in(folder, f"{package}.py"), "blob"),
                            (folder, "tree")):
             if found[name][-1:] == (kind,):
                 objects.setdefault(name, (name or ".", kind, found[name][0]))
