@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +33,19 @@ def test_a_flat_index_reads_as_the_tensor_index_torch_gives(shape: tuple[int, ..
         expected = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
         assert diff.where(flat) == str(expected)
     assert scan(torch.zeros(()), torch.zeros(())).where(0) == "()"
+
+
+def test_a_report_of_a_changed_tensor_loads_no_sympy() -> None:
+    """torch.unravel_index's first call imports sympy (0.7 s in each check run that reports
+    a change); the report's index is computed without it. A new Python: this one may have
+    loaded sympy already."""
+    code = ("import sys, torch\n"
+            "from regression.compare.outputs import compare_tensors\n"
+            "compare_tensors(torch.zeros(3, 4), torch.ones(3, 4))\n"
+            "print('sympy' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
