@@ -12,16 +12,15 @@ nondeterministic: set aside, never blamed on a commit.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from regression.errors import RegressionError
 from regression.repository.gitcmd import git_process, run_git, short
 from regression.references.needed import NeededReferences, Wanted
 from regression.report import count
-from regression.run.types import Reference, Suite, at_commit
+from regression.repository.revision import subject_objects
+from regression.run.types import Reference, Suite, at_commit, subject_folder
 from regression.store.cache import Entry
 from regression.store.inventory import BISECT
 from regression.store.record import ABSENT, NONDETERMINISTIC, UNCOLLECTED
@@ -307,17 +306,18 @@ def steps_left(keys: list[tuple[int, int, frozenset[int]]]) -> int:
     return total + most
 
 
-def subject_pathspecs(reference: Reference) -> list[str]:
-    """The subject packages' paths (a package folder or a module file), relative to the
-    repository's top: the only files whose change can change what is recorded."""
-    settings = reference.settings
-    top = Path(reference.repo.working_dir).resolve()
-    base = (settings.root / settings.subject_path).resolve()
-    found = []
-    for package in settings.subject_packages:
-        path = Path(os.path.relpath(base / package.replace(".", "/"), top)).as_posix()
-        found += [path, f"{path}.py"]
-    return found
+def subject_pathspecs(reference: Reference, *shas: str) -> list[str]:
+    """The paths, relative to the repository's top, whose change can change what is recorded
+    at any of the commits `shas`: at each, a subject package's folder, else its module file,
+    else the whole subject folder (an extension module), as the key takes them
+    (revision.subject_objects)."""
+    folder = subject_folder(reference.settings, reference.repo)
+    found: dict[str, None] = {}
+    for sha in shas:
+        for path, _, _ in subject_objects(reference.repo, sha, folder,
+                                          reference.settings.subject_packages):
+            found.setdefault(path, None)
+    return list(found)
 
 
 def commits_between(reference: Reference, good: str, bad: str) -> list[str]:
@@ -335,7 +335,7 @@ def commits_between(reference: Reference, good: str, bad: str) -> list[str]:
                               "give --good an older commit that bad descends from")
     listed = run_git(reference.repo, "rev-list", "--reverse", "--first-parent",
                      "--ancestry-path", f"{good}..{bad}", "--",
-                     *subject_pathspecs(reference)).split()
+                     *subject_pathspecs(reference, good, bad)).split()
     return [sha for sha in listed if sha != bad] + [bad]
 
 
@@ -434,7 +434,7 @@ def _started(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo
              ) -> tuple[Bisection, OutputsAtCommits]:
     """A bisection of the commits from good to bad, and what records them."""
     commits = commits_between(suite.reference, good, bad)
-    subject = ", ".join(subject_pathspecs(suite.reference)[::2])
+    subject = ", ".join(subject_pathspecs(suite.reference, good, bad))
     suite = _with_removed(suite, good, cases, echo)
     result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases),
                        subject)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from regression.config.settings import Settings
-from regression.diagnose.bisect import REMOVED, OutputsAtCommits, changed_cases, removal, \
-    suite_at
+from regression.diagnose.bisect import REMOVED, OutputsAtCommits, changed_cases, \
+    commits_between, removal, subject_pathspecs, suite_at
 from regression.repository.gitcmd import Repository
 from regression.run.types import Reference, Suite, subject_code
 from regression.store.cache import Entry
@@ -193,3 +194,53 @@ def test_commits_with_the_same_subject_code_share_one_recording(tmp_path: Path) 
     assert at[docs].entry.directory == at[first].entry.directory == suite.entry.directory
     assert at[changed].entry.directory != at[first].entry.directory
     assert (at[docs].reference.sha, at[docs].entry.reference) == (docs, docs)
+
+
+def _committing(top: Path) -> Callable[[str, str], str]:
+    """commit(name, text): write one file and commit it in the repository `top`; its sha."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(top)], check=True)
+
+    def commit(name: str, text: str) -> str:
+        path = top / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        subprocess.run(["git", "-C", str(top), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(top), "-c", "user.email=t@example.com", "-c",
+                        "user.name=T", "-c", "commit.gpgsign=false", "commit", "-q", "-m", name],
+                       check=True)
+        return subprocess.run(["git", "-C", str(top), "rev-parse", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    return commit
+
+
+def _reference(top: Path, packages: tuple[str, ...], sha: str) -> Reference:
+    settings = Settings(path=top / "config.yaml", reference="HEAD", subject_path="src",
+                        subject_packages=packages)
+    repo = Repository(str(top), str(top / ".git"))
+    return Reference(settings, repo, sha, sha, subject_code(settings, repo, sha))
+
+
+def test_bisect_tries_the_commits_that_change_the_subject_code_as_the_key_takes_it(
+        tmp_path: Path) -> None:
+    """The commits bisect tries are those that change what the key holds of the subject: a
+    package's folder, else its module file, else (an extension module, built from sources
+    beside it) the whole subject folder; at good or at bad, where a module became a
+    package."""
+    top = tmp_path / "repo"
+    commit = _committing(top)
+    good = commit("src/native.c", "int a = 1;\n")
+    commit("docs/index.md", "docs\n")
+    source = commit("src/native.c", "int a = 2;\n")
+    module = commit("src/one.py", "B = 1\n")
+    assert commits_between(_reference(top, ("native",), good), good, module) == [source, module]
+    package = commit("src/one/__init__.py", "B = 2\n")
+    commit("docs/index.md", "more docs\n")
+    bad = commit("src/one/extra.py", "C = 3\n")
+    # at good, `one` is neither: the whole folder, where the source of native changed too
+    assert commits_between(_reference(top, ("one",), good), good, bad) == [source, module,
+                                                                          package, bad]
+    assert commits_between(_reference(top, ("one",), good), module, bad) == [package, bad]
+    assert subject_pathspecs(_reference(top, ("one",), good), good, bad) == ["src",
+                                                                             "src/one"]
+    assert subject_pathspecs(_reference(top, ("one",), good), module, bad) == ["src/one.py",
+                                                                               "src/one"]
