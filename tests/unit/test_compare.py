@@ -592,3 +592,39 @@ def test_a_namedtuple_whose_fields_changed_differs_though_its_values_do_not() ->
     assert compare(snapshot(old(x, x)), snapshot((x, x)))
     assert compare(snapshot(old(x, x)), snapshot(old(x, x))) == []
     assert compare(old(x, x), snapshot(old(x, x))) == []  # stored or not, one type
+
+
+_PAIRS = {
+    "identical": (torch.arange(6.0), torch.arange(6.0)),
+    "one bit": (torch.arange(6.0), torch.arange(6.0).nextafter(torch.tensor(99.0))),
+    "signed zero": (torch.zeros(3), -torch.zeros(3)),
+    "one NaN, two payloads": (torch.tensor([nan_with_payload(1)], dtype=torch.float64),
+                              torch.tensor([nan_with_payload(2)], dtype=torch.float64)),
+    "same NaN": (torch.tensor([math.nan]), torch.tensor([math.nan])),
+    "dtype": (torch.arange(3, dtype=torch.int32), torch.arange(3, dtype=torch.int64)),
+    "shape": (torch.zeros(2, 3), torch.zeros(3, 2)),
+    "complex, same": (torch.tensor([1 + 2j]), torch.tensor([1 + 2j])),
+    "complex, other": (torch.tensor([1 + 2j]), torch.tensor([1 - 2j])),
+    "strided view": (torch.arange(8.0)[::2], torch.tensor([0.0, 2.0, 4.0, 6.0])),
+    "bool": (torch.tensor([True, False]), torch.tensor([True, True])),
+    "empty": (torch.empty(0, 3), torch.empty(0, 3)),
+    "a tensor and a list": (torch.zeros(2), [0.0, 0.0]),
+}
+
+
+@pytest.mark.parametrize("name", list(_PAIRS))
+def test_the_quick_path_for_identical_tensors_agrees_with_the_full_comparison(name: str
+                                                                               ) -> None:
+    """compare() asks first whether two tensors are bit-identical (most checks are): where
+    it says so, the full walk finds nothing, and where the full walk finds a difference, it
+    is reported as before."""
+    from regression.compare.outputs import _compare, _identical_tensors
+
+    reference, actual = _PAIRS[name]
+    full = list(_compare(reference, actual, ()))
+    if _identical_tensors(reference, actual):
+        assert full == []
+    assert [str(d) for d in compare(reference, actual)] == [str(d) for d in full]
+    assert bool(compare(reference, actual)) == (name not in
+                                                ("identical", "same NaN", "complex, same",
+                                                 "strided view", "empty"))
