@@ -170,18 +170,7 @@ def test_commits_with_the_same_subject_code_share_one_recording(tmp_path: Path) 
     """bisect records per commit, in the entry of that commit's subject code: a commit that
     leaves the subject alone finds the recording of the one before."""
     top = tmp_path / "repo"
-    (top / "subj").mkdir(parents=True)
-
-    def commit(name: str, text: str) -> str:
-        (top / name).write_text(text)
-        subprocess.run(["git", "-C", str(top), "add", "-A"], check=True)
-        subprocess.run(["git", "-C", str(top), "-c", "user.email=t@example.com", "-c",
-                        "user.name=T", "-c", "commit.gpgsign=false", "commit", "-q", "-m", name],
-                       check=True)
-        return subprocess.run(["git", "-C", str(top), "rev-parse", "HEAD"], check=True,
-                              capture_output=True, text=True).stdout.strip()
-
-    subprocess.run(["git", "init", "-q", "-b", "main", str(top)], check=True)
+    commit = _committing(top)
     first = commit("subj/__init__.py", "A = 1\n")
     docs = commit("README.md", "docs\n")
     changed = commit("subj/__init__.py", "A = 2\n")
