@@ -71,13 +71,26 @@ def prune_stale_worktrees(repo: Repository) -> list[Path]:
     return removed
 
 
+def _make_folder(folder: Path, tries: int = 10) -> None:
+    """Make `folder` and its parents. Another run (of any clone) removes the empty worktree
+    folders as it ends or prunes, and can take a parent away between two of these mkdirs:
+    make them again. Once `folder` exists, its parents hold it and no run removes them."""
+    for attempt in range(tries):
+        try:
+            folder.mkdir(parents=True)
+            return
+        except FileNotFoundError:
+            if attempt == tries - 1:
+                raise
+
+
 @contextmanager
 def reference_worktree(repo: Repository, sha: str) -> Iterator[Path]:
     """A detached worktree of `sha` in a temporary folder, removed afterwards."""
     prune_stale_worktrees(repo)
     parent = _worktree_parent(repo)
-    parent.mkdir(parents=True, exist_ok=True)
     folder = parent / f"{os.getpid()}-{secrets.token_hex(4)}"
+    _make_folder(folder)  # git fills an empty folder; made here, its parents are not empty
     done = git_process(repo, "worktree", "add", "--detach", "--quiet", str(folder), sha)
     if done.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -556,3 +557,42 @@ def test_invoke_gen_runs_no_hook_of_the_repository(subject_repo: Repo, tmp_path:
     assert "recorded" in output(done).lower() or "stored" in output(done).lower(), output(done)
     assert not marker.exists()
     assert os.listdir(subject_repo.cache)
+
+
+_PRUNER = """
+import sys
+from pathlib import Path
+from regression.repository.gitcmd import open_repo
+from regression.repository.worktree import prune_stale_worktrees
+repo, stop = open_repo(Path(sys.argv[1])), Path(sys.argv[2])
+while not stop.exists():
+    prune_stale_worktrees(repo)
+"""
+
+
+@pytest.mark.slow
+def test_worktrees_are_made_while_another_clone_s_run_removes_empty_folders(
+        history: Repo, tmp_path: Path) -> None:
+    """Every run, of any clone, removes the empty worktree folders as it prunes: a run that
+    makes its worktree meanwhile never has a folder taken from under it (two CI jobs on one
+    machine; the suite's own workers). 300 worktrees against a pruner that never rests: with
+    the folders made one step before git's, one checkout in about a hundred failed."""
+    other = init_repo(tmp_path / "other", tmp_path / "other-cache")
+    other.write("file.txt", "other\n")
+    other.commit("other")
+    stop = tmp_path / "stop"
+    pruner = subprocess.Popen([sys.executable, "-c", _PRUNER, str(other.path), str(stop)])
+    repo = open_repo(history.path)
+    sha = resolve_revision(repo, "HEAD")
+    failed = []
+    try:
+        for _ in range(300):
+            try:
+                with reference_worktree(repo, sha) as folder:
+                    assert (folder / "file.txt").read_text() == "version 2\n"
+            except (OSError, RevisionError) as exc:
+                failed.append(str(exc))
+    finally:
+        stop.touch()
+        pruner.wait(timeout=60)
+    assert failed == [], f"{len(failed)} of 300 failed: {failed[:2]}"
