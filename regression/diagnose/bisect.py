@@ -19,7 +19,7 @@ from regression.errors import RegressionError
 from regression.repository.gitcmd import git_process, run_git, short
 from regression.references.needed import NeededReferences, Wanted
 from regression.report import count
-from regression.repository.revision import subject_objects
+from regression.repository.revision import subject_objects, subject_objects_at
 from regression.run.types import Reference, Suite, at_commit, subject_folder
 from regression.store.cache import Entry
 from regression.store.inventory import BISECT
@@ -333,10 +333,17 @@ def commits_between(reference: Reference, good: str, bad: str) -> list[str]:
     if git_process(reference.repo, "merge-base", "--is-ancestor", good, bad).returncode != 0:
         raise RegressionError(f"good {short(good)} is not an ancestor of bad {short(bad)}: "
                               "give --good an older commit that bad descends from")
-    listed = run_git(reference.repo, "rev-list", "--reverse", "--first-parent",
-                     "--ancestry-path", f"{good}..{bad}", "--",
-                     *subject_pathspecs(reference, good, bad)).split()
-    return [sha for sha in listed if sha != bad] + [bad]
+    # every path the key may take lies in the subject folder: list the commits that touch it
+    # (paths literal: no glob, no ':' magic), then keep those whose key's subject code differs
+    # from their first parent's, whatever shape the packages have there
+    folder = subject_folder(reference.settings, reference.repo)
+    touched = run_git(reference.repo, "--literal-pathspecs", "rev-list", "--reverse",
+                      "--first-parent", "--ancestry-path", f"{good}..{bad}", "--",
+                      folder or ".").split()
+    keys = subject_objects_at(reference.repo, [*touched, *(f"{sha}^" for sha in touched)],
+                              folder, reference.settings.subject_packages)
+    changed = [sha for at, sha in enumerate(touched) if keys[at] != keys[len(touched) + at]]
+    return [sha for sha in changed if sha != bad] + [bad]
 
 
 def bisect(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo) -> Bisection:
@@ -434,7 +441,8 @@ def _started(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo
              ) -> tuple[Bisection, OutputsAtCommits]:
     """A bisection of the commits from good to bad, and what records them."""
     commits = commits_between(suite.reference, good, bad)
-    subject = ", ".join(subject_pathspecs(suite.reference, good, bad))
+    subject = ", ".join("the whole repository" if path == "." else path
+                        for path in subject_pathspecs(suite.reference, good, bad))
     suite = _with_removed(suite, good, cases, echo)
     result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases),
                        subject)

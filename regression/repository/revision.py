@@ -238,21 +238,33 @@ def subject_objects(repo: Repository, sha: str, folder: str, packages: Sequence[
     `folder` (relative to the repository's top, "" for the top): its folder, else its
     module file, else the whole of `folder` (an extension module, a link, a package git does
     not hold: what the import could find there). One git process for all of them."""
+    return subject_objects_at(repo, [sha], folder, packages)[0]
+
+
+def subject_objects_at(repo: Repository, shas: Sequence[str], folder: str,
+                       packages: Sequence[str]) -> list[list[tuple[str, str, str]]]:
+    """subject_objects at each of the commits `shas` (a SHA or an expression like SHA^), in
+    their order; one git process for all of them."""
     asked = [*(_in(folder, p) for p in packages), *(_in(folder, f"{p}.py") for p in packages),
              folder]
     command = ("cat-file", "--batch-check=%(objectname) %(objecttype)")
-    done = git_process(repo, *command, given="".join(f"{sha}:{name}\n" for name in asked))
+    done = git_process(repo, *command,
+                       given="".join(f"{sha}:{name}\n" for sha in shas for name in asked))
     answers = done.stdout.splitlines()
-    if done.returncode != 0 or len(answers) != len(asked):
+    if done.returncode != 0 or len(answers) != len(asked) * len(shas):
         raise GitError(" ".join(["git", *command]), repo.working_dir, done.stderr.strip())
-    found = {name: tuple(answer.split()) for name, answer in zip(asked, answers)}
-    objects: dict[str, tuple[str, str, str]] = {}
-    for package in packages:
-        for name, kind in ((_in(folder, package), "tree"), (_in(folder, f"{package}.py"), "blob"),
-                           (folder, "tree")):
-            if found[name][-1:] == (kind,):
-                objects.setdefault(name, (name or ".", kind, found[name][0]))
-                break
-        else:
-            objects.setdefault(folder, (folder or ".", "missing", ""))
-    return list(objects.values())
+    result = []
+    for at in range(len(shas)):
+        found = {name: tuple(answer.split()) for name, answer in
+                 zip(asked, answers[at * len(asked):(at + 1) * len(asked)])}
+        objects: dict[str, tuple[str, str, str]] = {}
+        for package in packages:
+            for name, kind in ((_in(folder, package), "tree"),
+                               (_in(folder, f"{package}.py"), "blob"), (folder, "tree")):
+                if found[name][-1:] == (kind,):
+                    objects.setdefault(name, (name or ".", kind, found[name][0]))
+                    break
+            else:
+                objects.setdefault(folder, (folder or ".", "missing", ""))
+        result.append(list(objects.values()))
+    return result

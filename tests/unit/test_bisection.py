@@ -233,3 +233,32 @@ def test_bisect_tries_the_commits_that_change_the_subject_code_as_the_key_takes_
                                                                              "src/one"]
     assert subject_pathspecs(_reference(top, ("one",), good), module, bad) == ["src/one.py",
                                                                                "src/one"]
+
+
+def test_bisect_tries_a_commit_that_changes_the_key_in_a_shape_held_at_neither_end(
+        tmp_path: Path) -> None:
+    """A module at good and at bad that was a package in between: the commits that change
+    the package are tried too (the key took its folder there); the subject folder's name is
+    taken literally, never as a glob or a pathspec's magic."""
+    top = tmp_path / "repo"
+    commit = _committing(top)
+    good = commit("src/one.py", "A = 1\n")
+    subprocess.run(["git", "-C", str(top), "rm", "-q", "src/one.py"], check=True)
+    package = commit("src/one/__init__.py", "A = 1\n")
+    inside = commit("src/one/__init__.py", "A = 2\n")
+    subprocess.run(["git", "-C", str(top), "rm", "-rq", "src/one"], check=True)
+    back = commit("src/one.py", "A = 2\n")
+    bad = commit("docs/index.md", "docs\n")
+    assert commits_between(_reference(top, ("one",), good), good, bad) == [package, inside,
+                                                                          back, bad]
+    top = tmp_path / "magic"
+    commit = _committing(top)
+    good = commit(":src/one.py", "A = 1\n")
+    commit("src/one.py", "A = 1\n")  # not the subject: ":src" is no pathspec magic
+    changed = commit(":src/one.py", "A = 2\n")
+    bad = commit("docs/index.md", "docs\n")
+    settings = Settings(path=top / "config.yaml", reference="HEAD", subject_path=":src",
+                        subject_packages=("one",))
+    repo = Repository(str(top), str(top / ".git"))
+    reference = Reference(settings, repo, good, good, subject_code(settings, repo, good))
+    assert commits_between(reference, good, bad) == [changed, bad]
