@@ -202,8 +202,9 @@ def _committing(top: Path) -> Callable[[str, str], str]:
     return commit
 
 
-def _reference(top: Path, packages: tuple[str, ...], sha: str) -> Reference:
-    settings = Settings(path=top / "config.yaml", reference="HEAD", subject_path="src",
+def _reference(top: Path, packages: tuple[str, ...], sha: str, folder: str = "src"
+               ) -> Reference:
+    settings = Settings(path=top / "config.yaml", reference="HEAD", subject_path=folder,
                         subject_packages=packages)
     repo = Repository(str(top), str(top / ".git"))
     return Reference(settings, repo, sha, sha, subject_code(settings, repo, sha))
@@ -213,8 +214,8 @@ def test_bisect_tries_the_commits_that_change_the_subject_code_as_the_key_takes_
         tmp_path: Path) -> None:
     """The commits bisect tries are those that change what the key holds of the subject: a
     package's folder, else its module file, else (an extension module, built from sources
-    beside it) the whole subject folder; at good or at bad, where a module became a
-    package."""
+    beside it) the whole subject folder, as each commit and its first parent have it (a
+    module that became a package)."""
     top = tmp_path / "repo"
     commit = _committing(top)
     good = commit("src/native.c", "int a = 1;\n")
@@ -257,8 +258,5 @@ def test_bisect_tries_a_commit_that_changes_the_key_in_a_shape_held_at_neither_e
     commit("src/one.py", "A = 1\n")  # not the subject: ":src" is no pathspec magic
     changed = commit(":src/one.py", "A = 2\n")
     bad = commit("docs/index.md", "docs\n")
-    settings = Settings(path=top / "config.yaml", reference="HEAD", subject_path=":src",
-                        subject_packages=("one",))
-    repo = Repository(str(top), str(top / ".git"))
-    reference = Reference(settings, repo, good, good, subject_code(settings, repo, good))
-    assert commits_between(reference, good, bad) == [changed, bad]
+    assert commits_between(_reference(top, ("one",), good, ":src"), good, bad) == [changed,
+                                                                                  bad]
