@@ -98,6 +98,7 @@ def test_stale_worktree_of_a_dead_process_is_pruned(history: Repo, locked: bool)
     finished = subprocess.Popen(["true"])
     finished.wait()
     stale = _worktree_parent(repo) / f"{finished.pid}-deadbeef"
+    stale.mkdir(parents=True)  # as a run makes it: no other test's pruning takes a parent
     history.git("worktree", "add", "--detach", "-q", str(stale), "HEAD")
     if locked:
         history.git("worktree", "lock", "--reason", "initializing", str(stale))
