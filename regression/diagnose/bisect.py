@@ -19,7 +19,7 @@ from regression.errors import RegressionError
 from regression.repository.gitcmd import git_process, run_git, short
 from regression.references.needed import NeededReferences, Wanted
 from regression.report import count
-from regression.repository.revision import subject_objects, subject_objects_at
+from regression.repository.revision import subject_objects_at
 from regression.run.types import Reference, Suite, at_commit, subject_folder
 from regression.store.cache import Entry
 from regression.store.inventory import BISECT
@@ -306,17 +306,14 @@ def steps_left(keys: list[tuple[int, int, frozenset[int]]]) -> int:
     return total + most
 
 
-def subject_pathspecs(reference: Reference, *shas: str) -> list[str]:
-    """The paths, relative to the repository's top, whose change can change what is recorded
-    at any of the commits `shas`: at each, a subject package's folder, else its module file,
-    else the whole subject folder (an extension module), as the key takes them
-    (revision.subject_objects)."""
-    folder = subject_folder(reference.settings, reference.repo)
+def subject_paths(reference: Reference, *shas: str) -> list[str]:
+    """The subject's paths as the key takes them at any of the commits `shas`, relative to
+    the repository's top (revision.subject_objects): what bisect says it searched."""
     found: dict[str, None] = {}
-    for sha in shas:
-        for path, _, _ in subject_objects(reference.repo, sha, folder,
-                                          reference.settings.subject_packages):
-            found.setdefault(path, None)
+    for objects in subject_objects_at(reference.repo, shas,
+                                      subject_folder(reference.settings, reference.repo),
+                                      reference.settings.subject_packages):
+        found.update(dict.fromkeys(path for path, _, _ in objects))
     return list(found)
 
 
@@ -442,7 +439,7 @@ def _started(suite: Suite, good: str, bad: str, cases: list[str], echo: Echo
     """A bisection of the commits from good to bad, and what records them."""
     commits = commits_between(suite.reference, good, bad)
     subject = ", ".join("the whole repository" if path == "." else path
-                        for path in subject_pathspecs(suite.reference, good, bad))
+                        for path in subject_paths(suite.reference, good, bad))
     suite = _with_removed(suite, good, cases, echo)
     result = Bisection(good, bad, commits, _known(suite, cases) or sorted(suite.cases),
                        subject)

@@ -12,7 +12,7 @@ import torch
 
 from regression.config.settings import Settings
 from regression.diagnose.bisect import REMOVED, OutputsAtCommits, changed_cases, \
-    commits_between, removal, subject_pathspecs, suite_at
+    commits_between, removal, subject_paths, suite_at
 from regression.repository.gitcmd import Repository
 from regression.run.types import Reference, Suite, subject_code
 from regression.store.cache import Entry
@@ -230,10 +230,9 @@ def test_bisect_tries_the_commits_that_change_the_subject_code_as_the_key_takes_
     assert commits_between(_reference(top, ("one",), good), good, bad) == [source, module,
                                                                           package, bad]
     assert commits_between(_reference(top, ("one",), good), module, bad) == [package, bad]
-    assert subject_pathspecs(_reference(top, ("one",), good), good, bad) == ["src",
-                                                                             "src/one"]
-    assert subject_pathspecs(_reference(top, ("one",), good), module, bad) == ["src/one.py",
-                                                                               "src/one"]
+    assert subject_paths(_reference(top, ("one",), good), good, bad) == ["src", "src/one"]
+    assert subject_paths(_reference(top, ("one",), good), module, bad) == ["src/one.py",
+                                                                           "src/one"]
 
 
 def test_bisect_tries_a_commit_that_changes_the_key_in_a_shape_held_at_neither_end(
