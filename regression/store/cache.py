@@ -344,10 +344,17 @@ class Entry:
         """A case's record, checked to decode fully, and the tensor names its values use;
         None when absent, StoreError when untrusted."""
         path = self.case_path(nodeid)
-        found = stamp(path)  # one call for both: whether it is there, and its stamp
-        if found is None and not os.path.lexists(path):
-            return None
-        return self._load_once(path, lambda p: checked_body(p, nodeid, self.key), found)
+        try:  # one call for all three: whether it is there, its stamp, its kind
+            found: os.stat_result | None = os.lstat(path)
+        except OSError:
+            found = None
+        if found is None:
+            if not os.path.lexists(path):
+                return None
+            return checked_body(path, nodeid, self.key)  # says why it cannot be read
+        mode = found.st_mode
+        return self._load_once(path, lambda p: checked_body(p, nodeid, self.key, mode),
+                               stamp_of(found))
 
     def _load_once(self, path: Path, load: Callable[[Path], T],
                    before: Stamp | None = None) -> T:

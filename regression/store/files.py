@@ -131,10 +131,11 @@ def dump_verified(body: dict[str, Any]) -> bytes:
     return _HEADER + digest(content).encode() + b"\n" + content
 
 
-def load_verified(path: Path) -> dict[str, Any]:
+def load_verified(path: Path, mode: int | None = None) -> dict[str, Any]:
     """The JSON body of a file written with dump_verified, after checking its hash; parsed
-    within bounds (size, nesting, numbers, keys), as anyone could have written it."""
-    data = bytes(read_regular(path, MAX_RECORD + len(_HEADER) + 64))
+    within bounds (size, nesting, numbers, keys), as anyone could have written it. `mode`:
+    see regular.opened_regular."""
+    data = bytes(read_regular(path, MAX_RECORD + len(_HEADER) + 64, mode=mode))
     header, _, content = data.partition(b"\n")
     if not header.startswith(_HEADER) or header[len(_HEADER):].decode(errors="replace") \
             != digest(content):
@@ -180,9 +181,9 @@ def read_tensor_file(path: Path, expected_digest: str, known: Layout | None = No
     `known` kept are used as they are: they are what was verified."""
     if known is not None and known.data is not None and known.digest == expected_digest:
         return known.data, known.slots
-    handle, size = opened_regular(path)
+    handle, opened = opened_regular(path)
     try:
-        data = fill(path, handle, bytearray(size))
+        data = fill(path, handle, bytearray(opened.st_size))
         after = stamp_of(os.fstat(handle))  # after the read: a write before or during it shows
     except OSError as exc:
         raise read_error(path, exc) from None
@@ -203,8 +204,11 @@ def verified_layout(path: Path, expected_digest: str, keep: bool = False) -> Lay
     """A safetensors file's layout, after checking its hash and layout in one streaming pass,
     without torch and without unpickling; memory stays small whatever the file's size. With
     `keep`, a file small enough to be read whole keeps its bytes in the layout."""
-    handle, size = opened_regular(path)
-    kept = None
+    handle, opened = opened_regular(path)
+    size, kept = opened.st_size, None
+    # its stamp before the read: a write during or after the read changes it, so the bytes
+    # hashed below are trusted only while it holds (read_tensor_file stamps after its read)
+    found = stamp_of(opened)
     try:
         if size <= WHOLE:  # most are small: one read, no stream
             data = fill(path, handle, bytearray(size))
@@ -214,7 +218,6 @@ def verified_layout(path: Path, expected_digest: str, keep: bool = False) -> Lay
         else:
             with open(handle, "rb", closefd=False) as stream:
                 content_digest, header, size = _hash_with_header(path, stream)
-        found = stamp_of(os.fstat(handle))  # after the read, as read_tensor_file takes it
     except OSError as exc:
         raise read_error(path, exc) from None
     finally:

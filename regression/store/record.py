@@ -128,9 +128,11 @@ def shape_problem(body: dict[str, Any]) -> str:
     return ""
 
 
-def checked_body(path: Path, nodeid: str, environment: str) -> tuple[dict[str, Any], set[str]]:
-    """A case's record from `path`, checked to decode fully, and its tensor names."""
-    return checked_fields(load_verified(path), nodeid, environment, str(path))
+def checked_body(path: Path, nodeid: str, environment: str, mode: int | None = None
+                 ) -> tuple[dict[str, Any], set[str]]:
+    """A case's record from `path`, checked to decode fully, and its tensor names. `mode`:
+    see regular.opened_regular."""
+    return checked_fields(load_verified(path, mode), nodeid, environment, str(path))
 
 
 def checked_fields(body: dict[str, Any], nodeid: str, environment: str, where: str

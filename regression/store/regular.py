@@ -23,11 +23,13 @@ _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
-def read_regular(path: Path, limit: int | None = None, writer: str = CACHE) -> bytearray:
+def read_regular(path: Path, limit: int | None = None, writer: str = CACHE,
+                 mode: int | None = None) -> bytearray:
     """A regular file's bytes in a buffer of its size, filled in place (no second copy);
     StoreError, before reading, for a file of more than `limit` bytes, and for anything that
-    is no regular file `writer` could have written."""
-    handle, size = opened_regular(path, writer)
+    is no regular file `writer` could have written. `mode`: see opened_regular."""
+    handle, found = opened_regular(path, writer, mode)
+    size = found.st_size
     try:
         if limit is not None and size > limit:
             raise StoreError(f"{path} cannot be read: it is {size} bytes, more than any "
@@ -39,11 +41,14 @@ def read_regular(path: Path, limit: int | None = None, writer: str = CACHE) -> b
         os.close(handle)
 
 
-def opened_regular(path: Path, writer: str = CACHE) -> tuple[int, int]:
-    """A descriptor to read `path`, opened only if it is a regular file, and the file's size
-    as it was opened."""
+def opened_regular(path: Path, writer: str = CACHE, mode: int | None = None
+                   ) -> tuple[int, os.stat_result]:
+    """A descriptor to read `path`, opened only if it is a regular file, and the file's
+    status as it was opened. `mode`: the file's mode from the caller's own `lstat` of it just now
+    (a case's record is stamped first), which spares a second one."""
     try:
-        _require_regular(path, os.lstat(path).st_mode, writer)  # anything else is never opened
+        # anything else is never opened
+        _require_regular(path, os.lstat(path).st_mode if mode is None else mode, writer)
         handle = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         raise StoreError(f"{path} is missing") from None
@@ -57,7 +62,7 @@ def opened_regular(path: Path, writer: str = CACHE) -> tuple[int, int]:
         if isinstance(exc, OSError):
             raise read_error(path, exc, writer) from None
         raise
-    return handle, found.st_size
+    return handle, found
 
 
 def _require_regular(path: Path, mode: int, writer: str) -> None:

@@ -777,9 +777,9 @@ def test_a_case_planned_then_checked_reads_its_record_once(
     reads: list[Path] = []
     real = load_verified
 
-    def counted(path: Path) -> dict[str, object]:
+    def counted(path: Path, mode: int | None = None) -> dict[str, object]:
         reads.append(path)
-        return real(path)
+        return real(path, mode)
 
     monkeypatch.setattr("regression.store.cache.load_verified", counted)
     monkeypatch.setattr("regression.store.record.load_verified", counted)

@@ -208,12 +208,35 @@ def test_verified_layout_says_the_same_whether_read_whole_or_streamed(
             tensor_names(path, digest(content))
 
 
+def test_a_tensor_file_written_just_after_it_was_verified_is_hashed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layout's stamp is the one the bytes were read under: a write between the read and
+    a later stamp would otherwise be trusted as verified."""
+    data, path = safetensors_bytes(), tmp_path / "t.safetensors"
+    path.write_bytes(data)
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))  # settled: its times say when it changes
+    real_fill = fill
+
+    def written_after_the_read(where: Path, handle: int, buffer: bytearray) -> bytearray:
+        filled = real_fill(where, handle, buffer)
+        with open(where, "r+b") as stream:  # in place, the same size
+            stream.seek(-1, os.SEEK_END)
+            stream.write(bytes([data[-1] ^ 1]))
+        return filled
+
+    monkeypatch.setattr("regression.store.files.fill", written_after_the_read)
+    layout = verified_layout(path, digest(data))
+    monkeypatch.undo()
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        read_tensor_file(path, digest(data), layout)
+
+
 @pytest.mark.parametrize("change", [b"more", None], ids=["grew", "shrank"])
 def test_a_file_that_changes_size_once_opened_is_refused(tmp_path: Path,
                                                          change: bytes | None) -> None:
     path = tmp_path / "file.bin"
     path.write_bytes(b"x" * 100)
-    handle, size = opened_regular(path)
+    handle, opened = opened_regular(path)
     try:
         with open(path, "r+b") as stream:
             if change is None:
@@ -222,7 +245,7 @@ def test_a_file_that_changes_size_once_opened_is_refused(tmp_path: Path,
                 stream.seek(0, os.SEEK_END)
                 stream.write(change)
         with pytest.raises(StoreError, match="changed while it was read"):
-            fill(path, handle, bytearray(size))
+            fill(path, handle, bytearray(opened.st_size))
     finally:
         os.close(handle)
     assert read_tensor_file(path, digest(path.read_bytes()))[0] == path.read_bytes()
