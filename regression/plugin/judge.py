@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Generator
 
 import pytest
 
+from regression.declarations import by_case, size_of, uncovered
 from regression.errors import RegressionError, StoreError
 from regression.plugin.common import exception_reason, report_reason, traceback_frames, \
     uses_fixture
@@ -55,8 +56,6 @@ class Judge:
         record names the entry's key (a record of another entry is refused)."""
         self.failed_on_outputs: set[str] = set()
         """Cases under way that pytest_runtest_call failed because their outputs differ."""
-        from regression.declarations import by_case
-
         self.declarations = by_case(state.job.declarations if state.job else ())
         """regression-changes.yaml's entries, by case, as the job hands them over."""
 
@@ -177,8 +176,6 @@ class Judge:
     def _declared(self, nodeid: str) -> tuple[str, str]:
         """(the reason of the declaration that covers the case's change, why its declaration
         does not cover it); ("", "") for a case with no change or no declaration."""
-        from regression.declarations import size_of, uncovered
-
         sink, declaration = self.sinks.get(nodeid), self.declarations.get(nodeid)
         if sink is None or declaration is None or not sink.changed:
             return "", ""
@@ -245,8 +242,6 @@ class Judge:
         failure = sink.failure() or ""
         declared, undeclared = self._declared(nodeid)
         differences = sink.differences if sink.changed else []
-        from regression.declarations import size_of
-
         return Case(nodeid, report.when, report.outcome, label, reason, strict, judged, True,
                     names=tuple(name for name, _ in sink.changed),
                     size=size_of(d.rounding for d in differences) if failure else "",
