@@ -93,7 +93,28 @@ def server(root: Path, preload: Sequence[str]) -> ForkServer | None:
     theirs.close()
     listener.close()
     _SERVERS[:] = [ForkServer(ours, pid, address, started_with)]
-    return _SERVERS[0]
+    atexit.register(let_go)  # an owner that ends as Python does (invoke's); a check run
+    return _SERVERS[0]  # ends with os._exit and lets go itself (launch._end)
+
+
+def let_go(wait: float = 1.0) -> None:
+    """End this process's server, if it has one, and wait up to `wait` seconds for it to
+    end: a server its owner waited for is no orphan left for init to reap, and its CPU time,
+    its recordings' included, counts in its owner's (as `time` and CI's accounting read
+    it). One still stopping a recording then (a grace of 10 s) is left to end on its own."""
+    if not _SERVERS or _SERVERS[0].owner != os.getpid():
+        return
+    served = _SERVERS.pop()
+    with suppress(OSError):
+        served.connection.close()  # the server's end: it stops its forks and exits
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            if os.waitpid(served.pid, os.WNOHANG)[0] or time.monotonic() >= deadline:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.002)
 
 
 EMULATED = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")

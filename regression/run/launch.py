@@ -364,6 +364,7 @@ def _end_at_once(signum: int, frame: object) -> None:
 def _end(code: int) -> NoReturn:
     """End the forked check run now: what must run as it ends, its output flushed."""
     _run_at_exit()
+    forkserver.let_go()
     forkserver.exit_now(code)
 
 

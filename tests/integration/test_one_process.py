@@ -6,12 +6,14 @@ from __future__ import annotations
 import gc
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import PROJECT, TASKS, Repo, output
+from helpers import PROJECT, TASKS, Repo, output, with_addopts
 
 # Every Python process started with this folder on PYTHONPATH notes, in the file $COUNT_LOG
 # names, that it started, that it imported torch, each time it opened config.yaml and each git
@@ -187,10 +189,11 @@ def test_recordings_are_forks_of_the_fork_server_which_imports_torch_once(
     looks for nondeterminism, and a fork has its parent's string hashes and memory."""
     repo = subject_repo
     env, log = _counting(repo, tmp_path)
-    done = repo.invoke(*args, env=env, process=True)
+    done, orphans = _invoke_reaping(repo, args, env)
     assert done.returncode == 0, output(done)
     assert "recorded 1 case" in output(done), output(done)
     assert len(_new_torch_pythons(log)) == repeats, log.read_text()
+    assert orphans == 0, output(done)  # the fork server too was waited for by its owner
 
 
 @pytest.mark.slow
@@ -202,13 +205,45 @@ def test_bisect_collects_at_good_and_records_in_forks_of_one_server(subject_repo
     it compares."""
     repo = subject_repo
     env, log = _counting(repo, tmp_path)
-    done = repo.invoke("bisect", "--good", "v1", env=env, process=True)
-    assert done.returncode == 0, output(done)
+    done, orphans = _invoke_reaping(repo, ("bisect", "--good", "v1"), env)
+    assert done.returncode == 0 and orphans == 0, output(done)
     assert "collecting the cases at good" in done.stdout, output(done)
     assert "recording 1 of 1 cases at" in done.stdout, output(done)
     notes = [line.split() for line in log.read_text().splitlines()]
     assert _new_torch_pythons(log) == {pid for what, pid in notes if what == "torch"}, notes
     assert len(_new_torch_pythons(log)) == 1, log.read_text()
+
+
+# Runs its arguments as a child subreaper (Linux): a process of the run whose parent ended
+# without waiting for it is handed to this one, not to init, and counted as it is reaped.
+# Its CPU time would count in nobody's (`time invoke test` would under-report it).
+REAPER = """\
+import ctypes, os, subprocess, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+    raise SystemExit("prctl(PR_SET_CHILD_SUBREAPER) failed")
+code = subprocess.call(sys.argv[1:])
+orphans = 0
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+    orphans += 1
+print(f"orphans reaped: {orphans}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def _invoke_reaping(repo: Repo, args: tuple[str, ...], env: dict[str, str]
+                    ) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`python -m invoke ARGS` in a new Python, under REAPER (isolated: it notes nothing in
+    the counting log); the run, and how many of its processes were left to the reaper."""
+    done = subprocess.run([sys.executable, "-I", "-c", REAPER, sys.executable, "-m", "invoke",
+                           *args], cwd=repo.path, env=with_addopts({**repo.env(), **env}),
+                          text=True, capture_output=True, check=False, timeout=600)
+    found = re.findall(r"^orphans reaped: (\d+)$", done.stderr, re.MULTILINE)
+    assert found, output(done)
+    return done, int(found[-1])
 
 
 def _new_torch_pythons(log: Path) -> set[str]:
