@@ -121,7 +121,6 @@ class Regression:
         self.device = torch.device(device)
         """Where the case runs: config.yaml's `device` (or --device). Move the model there;
         the input helpers already put their tensors there."""
-        self._on_cpu = self.device.type == "cpu"
         self._settings = settings
         self._sink = sink
         self._names: list[str] = []
@@ -149,9 +148,7 @@ class Regression:
                                           dtype=dtype), device)
 
     def _placed(self, values: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
-        if device is None:
-            return values if self._on_cpu else values.to(self.device)
-        target = torch.device(device)
+        target = self.device if device is None else torch.device(device)
         return values if target.type == "cpu" else values.to(target)
 
     def check(self, value: object, name: str | None = None, store: str | None = None) -> None:

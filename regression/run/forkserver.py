@@ -101,12 +101,15 @@ def let_go(wait: float = 1.0) -> None:
     """End this process's server, if it has one, and wait up to `wait` seconds for it to
     end: a server its owner waited for is no orphan left for init to reap, and its CPU time,
     its recordings' included, counts in its owner's (as `time` and CI's accounting read
-    it). One still stopping a recording then (a grace of 10 s) is left to end on its own."""
+    it). One still stopping a recording then is ended by its parent-death signal as its
+    owner exits."""
     if not _SERVERS or _SERVERS[0].owner != os.getpid():
         return
     served = _SERVERS.pop()
-    with suppress(OSError):
-        served.connection.close()  # the server's end: it stops its forks and exits
+    with suppress(OSError):  # the server's end: it stops its forks and exits; shut down,
+        served.connection.shutdown(socket.SHUT_RDWR)  # not only closed: a process a test
+    with suppress(OSError):  # forked holds a copy, which would keep it open
+        served.connection.close()
     deadline = time.monotonic() + wait
     while True:
         try:

@@ -45,8 +45,9 @@ def stamp(path: Path) -> Stamp | None:
 
 def settled(found: Stamp) -> bool:
     """Whether a file was last written before the racy window: only then does its stamp
-    stand for its content."""
-    return found[3] < time.time_ns() - RACY_NS
+    stand for its content. Its ctime too, which nothing can set back: a copy that keeps its
+    source's mtime (cp -p, rsync -t, tar) was still written now."""
+    return max(found[3], found[4]) < time.time_ns() - RACY_NS
 
 
 def names_code(cache_dir: Path, code: str) -> bool:

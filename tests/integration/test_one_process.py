@@ -196,6 +196,32 @@ def test_recordings_are_forks_of_the_fork_server_which_imports_torch_once(
     assert orphans == 0, output(done)  # the fork server too was waited for by its owner
 
 
+LINGER = """\
+import os
+import time
+
+
+def test_linger():
+    if os.fork() == 0:  # still running as the run ends, holding what the run held
+        time.sleep(3)
+        os._exit(0)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_a_test_forked_does_not_keep_the_fork_server_from_ending(
+        subject_repo: Repo, tmp_path: Path) -> None:
+    """The check run ends its server by shutting their connection down, not only by closing
+    its end of it, of which a process a test forked holds a copy: the server ends and is
+    waited for, and only the test's own process is left to the reaper."""
+    repo = subject_repo
+    repo.write("tests/test_linger.py", LINGER)
+    repo.commit("a test that forks")
+    done, orphans = _invoke_reaping(repo, ("test",), {})
+    assert done.returncode == 0, output(done)
+    assert orphans == 1, output(done)
+
+
 @pytest.mark.slow
 def test_bisect_collects_at_good_and_records_in_forks_of_one_server(subject_repo: Repo,
                                                                    tmp_path: Path) -> None:

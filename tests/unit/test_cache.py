@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +16,7 @@ import filelock
 import pytest
 import torch
 
-from regression.store.cache import Entry
+from regression.store.cache import Entry, settled, stamp
 from regression.store.record import ABSENT, RECORDED, CaseRecord, Collection, Output, \
     StoredHarness, case_id
 from regression.store.cachedir import GITIGNORE, ensure_cache_root
@@ -763,10 +764,53 @@ def test_a_dropped_staging_removes_only_the_tensor_file_it_made(entry: Entry) ->
 
 
 def _aged(path: Path) -> None:
-    """Make a file look written long ago: files written this instant are never kept."""
+    """Give a file old times (its ctime still moves: see `clock_ahead`)."""
     os.utime(path, (1_000_000_000, 1_000_000_000))
 
 
+class _Later:
+    """The cache's clock, 10 s ahead."""
+
+    time = staticmethod(time.time)
+
+    @staticmethod
+    def time_ns() -> int:
+        return time.time_ns() + 10_000_000_000
+
+
+@pytest.fixture
+def clock_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the test writes counts as written before the racy window (as a warm run finds
+    what an earlier one wrote): the cache's clock runs 10 s ahead, since the file's ctime,
+    which `settled()` reads too, cannot be set back."""
+    monkeypatch.setattr("regression.store.cache.time", _Later)
+
+
+def test_a_file_copied_with_its_old_times_is_not_settled_till_its_ctime_is(
+        entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cp -p, rsync -t and tar keep the source's mtime: the file was still written now, and
+    another such write within the same tick would leave its stamp as it was."""
+    entry.save_case(recorded_case())
+    path = entry.case_path(NODEID)
+    _aged(path)
+    found = stamp(path)
+    assert found is not None and not settled(found)
+    assert entry.valid_harness(NODEID) is not None
+    reads: list[Path] = []
+    real = load_verified
+
+    def counted(where: Path, mode: int | None = None) -> dict[str, object]:
+        reads.append(where)
+        return real(where, mode)
+
+    monkeypatch.setattr("regression.store.record.load_verified", counted)
+    assert entry.load_case(NODEID) is not None
+    assert reads == [path]  # its stamp was not trusted: read again
+    monkeypatch.setattr("regression.store.cache.time", _Later)
+    assert settled(found)
+
+
+@pytest.mark.usefixtures("clock_ahead")
 def test_a_case_planned_then_checked_reads_its_record_once(
         entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
     entry.save_case(recorded_case())
@@ -791,6 +835,7 @@ def test_a_case_planned_then_checked_reads_its_record_once(
     assert reads == [entry.case_path(NODEID)]
 
 
+@pytest.mark.usefixtures("clock_ahead")
 def test_a_tensor_file_the_plan_verified_is_read_by_the_check_and_not_hashed_again(
         entry: Entry, monkeypatch: pytest.MonkeyPatch) -> None:
     entry.save_case(recorded_case())
@@ -815,6 +860,7 @@ def test_a_tensor_file_the_plan_verified_is_read_by_the_check_and_not_hashed_aga
                                                             .read_bytes().partition(b"\n")[2])])
 
 
+@pytest.mark.usefixtures("clock_ahead")
 def test_a_tensor_file_edited_since_the_plan_verified_it_is_refused(entry: Entry) -> None:
     entry.save_case(recorded_case())
     path = tensor_file(entry)
@@ -829,6 +875,7 @@ def test_a_tensor_file_edited_since_the_plan_verified_it_is_refused(entry: Entry
         entry.load_case(NODEID)
 
 
+@pytest.mark.usefixtures("clock_ahead")
 @pytest.mark.parametrize("change", ["rewritten", "edited in place", "just written"])
 def test_a_record_that_changed_since_it_was_planned_is_read_again(entry: Entry, change: str
                                                                   ) -> None:
@@ -886,6 +933,7 @@ def _three_cases(entry: Entry) -> list[str]:
     return nodeids
 
 
+@pytest.mark.usefixtures("clock_ahead")
 def test_kept_bytes_are_loaded_unread_and_given_back_to_the_budget(entry: Entry) -> None:
     nodeids = _three_cases(entry)
     size = next(entry.cases.glob("*.safetensors")).stat().st_size  # the same for the three
@@ -904,6 +952,7 @@ def test_kept_bytes_are_loaded_unread_and_given_back_to_the_budget(entry: Entry)
     assert len(kept) == 2 and planned._keep == 2 * size and not planned._kept
 
 
+@pytest.mark.usefixtures("clock_ahead")
 def test_a_case_to_record_again_lets_go_of_its_kept_bytes(entry: Entry) -> None:
     nodeid = _three_cases(entry)[0]
     planned = Entry(entry.directory.parent, PARTS, keep=1 << 20)
