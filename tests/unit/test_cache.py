@@ -768,6 +768,20 @@ def _aged(path: Path) -> None:
     os.utime(path, (1_000_000_000, 1_000_000_000))
 
 
+def _counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files the cache reads as records from now on, in order."""
+    reads: list[Path] = []
+    real = load_verified
+
+    def counted(path: Path, mode: int | None = None) -> dict[str, object]:
+        reads.append(path)
+        return real(path, mode)
+
+    for module in ("regression.store.cache", "regression.store.record"):
+        monkeypatch.setattr(f"{module}.load_verified", counted)
+    return reads
+
+
 class _Later:
     """The cache's clock, 10 s ahead."""
 
@@ -796,14 +810,7 @@ def test_a_file_copied_with_its_old_times_is_not_settled_till_its_ctime_is(
     found = stamp(path)
     assert found is not None and not settled(found)
     assert entry.valid_harness(NODEID) is not None
-    reads: list[Path] = []
-    real = load_verified
-
-    def counted(where: Path, mode: int | None = None) -> dict[str, object]:
-        reads.append(where)
-        return real(where, mode)
-
-    monkeypatch.setattr("regression.store.record.load_verified", counted)
+    reads = _counted_reads(monkeypatch)
     assert entry.load_case(NODEID) is not None
     assert reads == [path]  # its stamp was not trusted: read again
     monkeypatch.setattr("regression.store.cache.time", _Later)
@@ -818,15 +825,7 @@ def test_a_case_planned_then_checked_reads_its_record_once(
     _aged(entry.directory / "entry.json")
     entry.verify_identity()
     assert entry.valid_harness(NODEID) is not None
-    reads: list[Path] = []
-    real = load_verified
-
-    def counted(path: Path, mode: int | None = None) -> dict[str, object]:
-        reads.append(path)
-        return real(path, mode)
-
-    monkeypatch.setattr("regression.store.cache.load_verified", counted)
-    monkeypatch.setattr("regression.store.record.load_verified", counted)
+    reads = _counted_reads(monkeypatch)
     entry.verify_identity()
     record = entry.load_case(NODEID)
     assert record is not None and record.outputs[0].name == "logits"
