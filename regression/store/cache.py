@@ -349,13 +349,11 @@ class Entry:
             found: os.stat_result | None = os.lstat(path)
         except OSError:
             found = None
-        if found is None:
-            if not os.path.lexists(path):
-                return None
-            return checked_body(path, nodeid, self.key)  # says why it cannot be read
-        mode = found.st_mode
+        if found is None and not os.path.lexists(path):
+            return None
+        mode = found.st_mode if found else None  # None: the read says why it cannot
         return self._load_once(path, lambda p: checked_body(p, nodeid, self.key, mode),
-                               stamp_of(found))
+                               stamp_of(found) if found else None)
 
     def _load_once(self, path: Path, load: Callable[[Path], T],
                    before: Stamp | None = None) -> T:
